@@ -1,0 +1,6 @@
+"""Attention backends over the paged KV cache: one interface, a torch and a Triton implementation."""
+
+from worker.attention.backend import AttentionBackend, get_attention_backend
+from worker.attention.metadata import AttentionMetadata
+
+__all__ = ["AttentionBackend", "AttentionMetadata", "get_attention_backend"]

@@ -1,0 +1,68 @@
+"""The attention backend interface and the factory that picks one for a device."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Literal
+
+import torch
+
+from worker.attention.metadata import AttentionMetadata
+
+BackendName = Literal["auto", "torch", "triton"]
+
+
+class AttentionBackend(ABC):
+    """Writes a step's new K/V into the paged cache, then attends over each sequence's context."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def write_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> None:
+        """Scatter ``key``/``value`` ``(num_tokens, Hkv, D)`` to ``meta.slot_mapping``."""
+
+    @abstractmethod
+    def attend(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        """Attention output ``(num_tokens, Hq, D)`` for the packed queries ``q``."""
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        self.write_kv(key, value, k_cache, v_cache, meta)
+        return self.attend(q, k_cache, v_cache, meta, scale)
+
+
+def get_attention_backend(name: BackendName, device: torch.device) -> AttentionBackend:
+    """``auto`` picks Triton on CUDA and torch elsewhere; an explicit name overrides it."""
+    if name == "auto":
+        name = "triton" if device.type == "cuda" else "torch"
+    if name == "torch":
+        from worker.attention.torch_backend import TorchAttentionBackend
+
+        return TorchAttentionBackend()
+    if name == "triton":
+        from worker.attention.triton_backend import TritonAttentionBackend
+
+        return TritonAttentionBackend()
+    raise ValueError(f"unknown attention backend {name!r}; expected auto, torch or triton")

@@ -1,0 +1,47 @@
+"""Per-step attention metadata: what every layer's attention needs to find its K/V in the cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    """Tensors and host-side sizes for one packed step; the layout is `kernels.reference`'s.
+
+    The runner orders sequences so that the first ``num_decodes`` have exactly one query token each
+    (decodes); the rest are prefill chunks. Backends use this split to pick a decode kernel (one
+    query per sequence, flash-decoding) and a varlen extend kernel for the rest.
+    """
+
+    slot_mapping: torch.Tensor  # (num_tokens,) int64: cache slot of each new token
+    block_tables: torch.Tensor  # (num_seqs, max_blocks) int32, padded with 0
+    seq_lens: torch.Tensor  # (num_seqs,) int32: context length including this step's tokens
+    query_start_loc: torch.Tensor  # (num_seqs + 1,) int32: cumulative query lengths
+    num_decodes: int  # leading sequences with query length 1
+    max_seq_len: int  # max of seq_lens, on the host (no device sync to size grids)
+    max_query_len: int  # max query length, on the host
+
+    @property
+    def num_seqs(self) -> int:
+        return int(self.seq_lens.shape[0])
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return self.num_decodes
+
+    def prefill_part(self) -> AttentionMetadata:
+        """The metadata of the prefill sequences only, with query offsets rebased to 0."""
+        d = self.num_decodes
+        qsl = self.query_start_loc[d:] - self.query_start_loc[d]
+        return AttentionMetadata(
+            slot_mapping=self.slot_mapping[d:],
+            block_tables=self.block_tables[d:],
+            seq_lens=self.seq_lens[d:],
+            query_start_loc=qsl,
+            num_decodes=0,
+            max_seq_len=self.max_seq_len,
+            max_query_len=self.max_query_len,
+        )
