@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class InvalidSamplingParams(ValueError):
@@ -29,7 +29,6 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # top-N logprobs per generated token (plus the sampled one)
     skip_special_tokens: bool = True
-    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         self._check(self.max_tokens >= 1, "max_tokens", "must be >= 1")
