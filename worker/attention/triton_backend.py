@@ -1,0 +1,69 @@
+"""The Triton attention backend: the CUDA path, built on the kernels in `kernels.triton_*`.
+
+On CPU tensors it runs under the Triton interpreter, which needs ``TRITON_INTERPRET=1`` set before
+the kernels are first imported (the parity tests do this); otherwise the launchers raise.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.triton_decode import paged_decode_attention
+from kernels.triton_kv_write import write_kv
+from kernels.triton_prefill import paged_prefill_attention
+from worker.attention.backend import AttentionBackend
+from worker.attention.metadata import AttentionMetadata
+
+
+class TritonAttentionBackend(AttentionBackend):
+    """Decodes through the split-K decode kernel, prefill chunks through one varlen launch."""
+
+    name = "triton"
+
+    def write_kv(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> None:
+        write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        d = meta.num_decodes
+        out = torch.empty_like(q)
+        # meta.max_seq_len bounds the decodes' lengths too: an upper bound only sizes the grid,
+        # so no device sync is needed to find the decodes' own max.
+        if d:
+            paged_decode_attention(
+                q[:d],
+                k_cache,
+                v_cache,
+                meta.block_tables[:d],
+                meta.seq_lens[:d],
+                scale,
+                meta.max_seq_len,
+                out=out[:d],
+            )
+        if d < meta.num_seqs:
+            pre = meta.prefill_part()
+            paged_prefill_attention(
+                q[d:],
+                k_cache,
+                v_cache,
+                pre.block_tables,
+                pre.seq_lens,
+                pre.query_start_loc,
+                scale,
+                pre.max_query_len,
+                out=out[d:],
+            )
+        return out

@@ -1,0 +1,124 @@
+"""Turns the scheduler's decision into tensors and runs one packed forward pass.
+
+The runner owns the device state: the model's weights and the per-layer paged KV caches. It
+knows nothing of requests beyond what `SchedulerOutput` says.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from worker.attention import AttentionMetadata, get_attention_backend
+from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig
+from worker.engine.scheduler_output import SchedulerOutput
+from worker.models.config import ModelConfig
+from worker.models.llama import LlamaForCausalLM, StepContext
+
+
+@dataclass(frozen=True)
+class RunnerOutput:
+    """Logits ``(num_sampling, vocab)`` float32, one row per sequence that samples, in order."""
+
+    request_ids: tuple[str, ...]
+    logits: torch.Tensor
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def num_kv_blocks(cache: CacheConfig, model: ModelConfig, dtype: torch.dtype, device: torch.device) -> int:
+    """Blocks in the pool: explicit count, else a byte budget, else a share of free memory."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    block_bytes = model.kv_bytes_per_token * elem * cache.block_size
+    if cache.num_blocks is not None:
+        return cache.num_blocks
+    if cache.memory_bytes is not None:
+        budget = cache.memory_bytes
+    elif device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        budget = int(free * cache.memory_fraction)
+    else:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        budget = min(DEFAULT_CPU_KV_BYTES, available // 2)
+    num = budget // block_bytes
+    if num < 1:
+        raise ValueError(f"KV budget of {budget} bytes holds no block of {block_bytes} bytes")
+    return int(num)
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model: LlamaForCausalLM, device: torch.device) -> None:
+        self.model = model
+        self.device = device
+        self.block_size = config.cache.block_size
+        self.backend = get_attention_backend(config.attention_backend, device)
+        mc = model.config
+        dtype = model.embed_tokens.weight.dtype
+        self.num_blocks = num_kv_blocks(config.cache, mc, dtype, device)
+        shape = (self.num_blocks, self.block_size, mc.num_kv_heads, mc.head_size)
+        # Zero-filled, not empty: padding slots of a partly filled block are read (and masked) by
+        # the batched decode gather, and uninitialised memory may hold NaN, which masking keeps.
+        self.kv_caches = [
+            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            for _ in range(mc.num_layers)
+        ]
+
+    def prepare(self, output: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+        """Packed ``input_ids``, ``positions``, attention metadata and logits row indices."""
+        bs = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        seq_lens: list[int] = []
+        query_start = [0]
+        logits_rows: list[int] = []
+        max_blocks = max(len(s.block_ids) for s in output.scheduled)
+        tables = []
+        for item in output.scheduled:
+            start = item.num_computed_tokens
+            end = start + item.num_scheduled_tokens
+            input_ids.extend(item.token_ids)
+            positions.extend(range(start, end))
+            table = item.block_ids
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
+            seq_lens.append(end)
+            query_start.append(query_start[-1] + item.num_scheduled_tokens)
+            if item.samples:
+                logits_rows.append(query_start[-1] - 1)
+            tables.append(list(table) + [0] * (max_blocks - len(table)))
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            query_start_loc=torch.tensor(query_start, dtype=torch.int32, device=dev),
+            num_decodes=output.num_decodes,
+            max_seq_len=max(seq_lens),
+            max_query_len=max(s.num_scheduled_tokens for s in output.scheduled),
+        )
+        ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
+        pos = torch.tensor(positions, dtype=torch.int64, device=dev)
+        return ids, pos, meta, logits_rows
+
+    @torch.inference_mode()
+    def run(self, output: SchedulerOutput) -> RunnerOutput:
+        ids, pos, meta, rows = self.prepare(output)
+        ctx = StepContext(meta=meta, backend=self.backend, kv_caches=self.kv_caches)
+        hidden = self.model(ids, pos, ctx)
+        sampling_ids = tuple(s.request_id for s in output.scheduled if s.samples)
+        if not rows:
+            return RunnerOutput(sampling_ids, hidden.new_empty((0, self.model.config.vocab_size)).float())
+        index = torch.tensor(rows, dtype=torch.int64, device=self.device)
+        return RunnerOutput(sampling_ids, self.model.compute_logits(hidden[index]))

@@ -1,0 +1,33 @@
+"""What the engine reports: per-step increments and whole completions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.engine.sampler import TokenLogprobs
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """One request's progress in one step: the tokens sampled and the text they make."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    text_delta: str  # safe to show: never half a UTF-8 character or a partial stop string
+    finished: bool
+    finish_reason: str | None  # stop | length | stop_string | abort, when finished
+    num_prompt_tokens: int
+    num_output_tokens: int
+    logprobs: tuple[TokenLogprobs, ...] = ()
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished request, as `LLMEngine.generate` returns it."""
+
+    request_id: str
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str
+    num_prompt_tokens: int
+    logprobs: tuple[TokenLogprobs, ...] = ()

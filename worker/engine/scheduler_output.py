@@ -1,0 +1,41 @@
+"""The one object the scheduler hands the model runner each step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ScheduledSequence:
+    """One sequence's share of a step: which tokens to compute, where their K/V go."""
+
+    request_id: str
+    token_ids: tuple[int, ...]  # the num_scheduled_tokens tokens computed this step
+    num_computed_tokens: int  # tokens already in the cache: the first new token's position
+    block_ids: tuple[int, ...]  # the sequence's block table, covering every new token
+    samples: bool  # True when this step reaches num_tokens, so one token is sampled
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def is_decode(self) -> bool:
+        return len(self.token_ids) == 1
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """A step's decision. Sequences are ordered decodes first, then prefill chunks."""
+
+    scheduled: tuple[ScheduledSequence, ...]
+    num_batched_tokens: int  # sum of num_scheduled_tokens; never above the step budget
+    preempted_ids: tuple[str, ...]  # sequences whose blocks were freed this step
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+    @property
+    def num_decodes(self) -> int:
+        return sum(1 for s in self.scheduled if s.is_decode)

