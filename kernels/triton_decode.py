@@ -184,6 +184,15 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: i
     return max(1, min(wanted, useful, MAX_SPLITS))
 
 
+def split_plan(max_seq_len: int, num_splits: int) -> tuple[int, int]:
+    """``(num_splits, split_len)``: whole ``BLOCK_N`` tiles per split, recounted so that no split
+    is empty for every sequence (e.g. 1000 tokens in 3 splits -> 3 x 384; in 5 -> 4 x 256)."""
+    if not 1 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
+    split_len = triton.cdiv(triton.cdiv(max(max_seq_len, 1), num_splits), BLOCK_N) * BLOCK_N
+    return triton.cdiv(max(max_seq_len, 1), split_len), split_len
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -216,11 +225,7 @@ def paged_decode_attention(
         max_seq_len = int(seq_lens.max().item())
     if num_splits is None:
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, num_sms(q.device))
-    # Whole tiles per split; recount so no split is empty for every sequence.
-    split_len = triton.cdiv(triton.cdiv(max_seq_len, num_splits), BLOCK_N) * BLOCK_N
-    num_splits = max(1, triton.cdiv(max_seq_len, split_len))
-    if num_splits > MAX_SPLITS:
-        raise ValueError(f"num_splits {num_splits} > {MAX_SPLITS}")
+    num_splits, split_len = split_plan(max_seq_len, num_splits)
 
     group = num_q_heads // num_kv_heads
     dot_fp32, dot_precision = dot_flags(q.dtype, q.device)

@@ -41,8 +41,8 @@ def _write_kv_kernel(
     dst = slot * (NUM_KV_HEADS * HEAD_SIZE) + offs_h[:, None] * HEAD_SIZE + offs_d[None, :]
     k = tl.load(key_ptr + src_k, mask=mask)
     v = tl.load(value_ptr + src_v, mask=mask)
-    tl.store(k_cache_ptr + dst, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
-    tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(k_cache_ptr + dst, k, mask=mask)
+    tl.store(v_cache_ptr + dst, v, mask=mask)
 
 
 def write_kv(
@@ -55,7 +55,9 @@ def write_kv(
     """Scatter ``key``/``value`` ``(num_tokens, num_kv_heads, head_size)`` into the paged cache.
 
     ``key``/``value`` may be strided views (e.g. slices of a fused QKV projection) as long as
-    ``head_size`` has unit stride; they are cast to the cache dtype like the reference does.
+    ``head_size`` has unit stride. Another dtype than the cache's is cast by torch first (the
+    engine never does this): torch rounds to nearest even like the reference, while the Triton
+    interpreter's fp32->bf16 cast truncates.
     """
     check_kv_cache(k_cache, v_cache)
     _, _, num_kv_heads, head_size = k_cache.shape
@@ -76,6 +78,7 @@ def write_kv(
     check_device(_write_kv_kernel, key, value, k_cache, v_cache, slot_mapping)
     if num_tokens == 0:
         return
+    key, value = key.to(k_cache.dtype), value.to(v_cache.dtype)
     _write_kv_kernel[(num_tokens,)](
         key,
         value,

@@ -65,6 +65,8 @@ class LLMEngine:
         """Token ids of a prompt; chat messages go through the model's chat template."""
         if isinstance(prompt, str):
             return list(self.tokenizer.encode(prompt))
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise InvalidRequestError(f"{self.model_dir} has no chat template: send a plain prompt")
         text = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
         # The template already holds BOS and the role markers: add no special tokens again.
         return list(self.tokenizer.encode(text, add_special_tokens=False))

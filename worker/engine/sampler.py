@@ -3,10 +3,11 @@
 Pipeline per row: mask EOS/stop ids until ``min_tokens`` → greedy rows take the argmax →
 random rows divide by temperature, drop tokens below the min-p and top-k thresholds, then below the
 top-p threshold, and race exponential noise (``argmax(logit - log E)``, E ~ Exp(1): the Gumbel-max
-trick, an exact sample from the softmax of what is left). Logprobs come from the raw logits.
+trick, an exact sample from the softmax of what is left, up to float32 uniforms). Logprobs come
+from the raw logits.
 
-Seeded rows draw their noise from a generator seeded with ``mix(seed, output_index)`` alone, so a
-seeded request gives the same tokens whatever shares its batch, and a request resumed at any
+Seeded rows draw their noise from a generator seeded with ``step_seed(seed, output_index)`` alone,
+so a seeded request gives the same tokens whatever shares its batch, and a request resumed at any
 ``output_index`` (after preemption or a crash) continues exactly where it left off.
 """
 
@@ -23,6 +24,9 @@ from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
 # float32 but makes the softmax a one-hot anyway, and argmax is cheaper.
 _GREEDY_TEMPERATURE = 1e-5
 _MASK64 = (1 << 64) - 1
+# Top-p first looks for the nucleus among each row's 256 largest logits (topk(256) of 64 x 49152
+# measured ~16 ms on 2 cores, a full sort ~250 ms) and sorts only the rows whose nucleus is wider.
+_TOP_P_CANDIDATES = 256
 
 
 @dataclass(frozen=True)
@@ -117,20 +121,21 @@ class Sampler:
         if not rows:
             return logits
         logits = logits.clone()
-        logits[torch.tensor(rows), torch.tensor(cols)] = float("-inf")
+        dev = logits.device
+        logits[torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)] = float("-inf")
         return logits
 
     def _sample_random(self, x: torch.Tensor, requests: Sequence[SamplingRequest]) -> torch.Tensor:
-        """Temperature, then min-p, top-k and top-p as one threshold, then the race; x (R, V)."""
+        """Temperature, min-p and top-k, top-p, then the exponential race; x (R, V)."""
         params = [r.params for r in requests]
-        temps = torch.tensor([p.temperature for p in params], device=x.device, dtype=x.dtype)
-        x = x / temps[:, None]  # (R, V), a fresh tensor we may change in place
+        temps = torch.tensor([p.temperature for p in params], device=x.device)
+        x = x.float() / temps[:, None]  # (R, V) float32, a fresh tensor we may change in place
         threshold = _max(_min_p_threshold(x, params), _top_k_threshold(x, params))
-        threshold = _max(threshold, _top_p_threshold(x, params, threshold))
-        if threshold is not None:  # one masking pass over (R, V): ~5 ms at 64 x 49152 on 2 cores
+        if threshold is not None:  # min-p and top-k commute: one pass keeps x >= both thresholds
             x.masked_fill_(x < threshold[:, None], float("-inf"))
-        # Gumbel-max: argmax(x + G), G = -log(E), E = -log(U) ~ Exp(1). torch.rand + two logs costs
-        # ~14 ms at 64 x 49152 on 2 cores where exponential_() costs ~63 ms.
+        _apply_top_p(x, params)
+        # Gumbel-max: argmax(x + G), G = -log(E), E = -log(U) ~ Exp(1). torch.rand plus two logs
+        # measured ~14 ms at 64 x 49152 on 2 cores, exponential_() ~63 ms.
         return x.sub_(self._uniform(x, requests).log_().neg_().log_()).argmax(dim=-1)
 
     def _uniform(self, x: torch.Tensor, requests: Sequence[SamplingRequest]) -> torch.Tensor:
@@ -191,52 +196,51 @@ def _top_k_threshold(x: torch.Tensor, params: Sequence[SamplingParams]) -> torch
     return threshold.masked_fill_(off, float("-inf"))
 
 
-def _top_p_threshold(
-    x: torch.Tensor, params: Sequence[SamplingParams], threshold: torch.Tensor | None
-) -> torch.Tensor | None:
-    """Per-row smallest logit of the nucleus of what ``threshold`` keeps; (R,) or None.
+def _apply_top_p(x: torch.Tensor, params: Sequence[SamplingParams]) -> None:
+    """Mask, in place, all but each top-p row's nucleus (vLLM's rule; ties at its edge kept).
 
-    The nucleus is the most likely tokens until the mass before the next reaches top_p (vLLM's rule);
-    ties at its edge are kept.
+    The nucleus: the most likely tokens until the mass before the next reaches top_p.
     """
     rows = [i for i, p in enumerate(params) if p.top_p < 1.0]
     if not rows:
-        return None
+        return
     rows_t = torch.tensor(rows, device=x.device)
     sub = x if len(rows) == x.shape[0] else x[rows_t]  # (P, V)
-    sub_threshold = None if threshold is None else threshold[rows_t]
-    values = _sorted_candidates(sub, [params[i].top_k for i in rows], sub_threshold)  # (P, C)
-    # Unnormalised masses summed by a sequential cumsum: trailing -inf (exp = 0) adds exact zeros,
-    # so a row's threshold does not depend on how many candidates the batch sorted (seeded rows
-    # stay batch-invariant), and no separate softmax reduction is needed.
-    mass = (values - values[:, :1]).exp_()
-    cum = mass.cumsum(dim=-1)
     top_p = torch.tensor([params[i].top_p for i in rows], device=x.device, dtype=x.dtype)
-    keep = (cum - mass) < top_p[:, None] * cum[:, -1:]  # a prefix; the first is always kept
-    num_kept = keep.sum(dim=-1).clamp_(min=1)
-    top_p_threshold = torch.full_like(x[:, 0], float("-inf"))
-    top_p_threshold[rows_t] = values.gather(1, (num_kept - 1)[:, None]).squeeze(1)
-    return top_p_threshold
-
-
-def _sorted_candidates(
-    x: torch.Tensor, top_k: Sequence[int], threshold: torch.Tensor | None
-) -> torch.Tensor:
-    """Each row's logits >= threshold, descending, padded with -inf; (P, C) with C <= V."""
+    # Softmax and cumsum reduce each row alone and in a fixed order (a plain sum does not: one row
+    # is split across threads), so a seeded row's nucleus does not depend on the batch.
+    probs = sub.softmax(dim=-1)
+    top_k = [params[i].top_k for i in rows]
     vocab = x.shape[1]
-    k_max = max(top_k)
-    values = None
-    if all(0 < k < vocab for k in top_k) and k_max + 1 < vocab:
-        # Past top-k all is masked, so the k_max + 1 largest suffice (the extra one proves it: kept
-        # only when the top-k threshold was tied). At 64 x 49152, topk(51) ~2 ms, sort ~360 ms.
-        values = x.topk(k_max + 1, dim=-1, sorted=True).values
+    if all(0 < k < vocab for k in top_k):
+        num_candidates = max(top_k) + 1  # past top-k all is masked already
     else:
-        values = x.sort(dim=-1, descending=True).values
-    if threshold is not None:
-        values = values.masked_fill_(values < threshold[:, None], float("-inf"))
-    if values.shape[1] < vocab and not bool(values[:, -1].isneginf().all()):
-        return _sorted_candidates(x, [0], threshold)  # a tie at the top-k edge: sort it all
-    return values
+        num_candidates = min(_TOP_P_CANDIDATES, vocab)
+    edge, fits = _nucleus_edge(sub, probs, top_p, num_candidates)
+    if not bool(fits.all()):  # a nucleus wider than the candidates: sort those rows in full
+        redo = (~fits).nonzero().squeeze(1)
+        edge[redo] = _nucleus_edge(sub[redo], probs[redo], top_p[redo], vocab)[0]
+    if len(rows) == x.shape[0]:
+        x.masked_fill_(x < edge[:, None], float("-inf"))
+    else:
+        x[rows_t] = sub.masked_fill_(sub < edge[:, None], float("-inf"))
+
+
+def _nucleus_edge(
+    x: torch.Tensor, probs: torch.Tensor, top_p: torch.Tensor, num_candidates: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Smallest logit of each row's nucleus among its num_candidates largest, and whether the
+    nucleus ends there (else it may reach past them); both (P,)."""
+    if num_candidates < x.shape[1]:
+        values, ids = x.topk(num_candidates, dim=-1, sorted=True)  # (P, C)
+    else:
+        values, ids = x.sort(dim=-1, descending=True)  # (P, V); ~100x slower than topk(256)
+    mass = probs.gather(1, ids)
+    mass_before = mass.cumsum(dim=-1).sub_(mass)  # sequential: a prefix sums the same at any C
+    num_kept = (mass_before < top_p[:, None]).sum(dim=-1)  # a prefix; the first is always kept
+    fits = (num_kept < num_candidates) | values[:, -1].isneginf()
+    edge = values.gather(1, (num_kept.clamp(min=1) - 1)[:, None]).squeeze(1)
+    return edge, fits
 
 
 def _logprobs(

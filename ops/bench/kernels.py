@@ -1,0 +1,209 @@
+"""Decode attention bandwidth against the device's copy ceiling and against torch SDPA.
+
+    python ops/bench/kernels.py --out results/decode.json     # CUDA: the full grid, bf16
+    python ops/bench/kernels.py --tiny                        # CPU: Triton interpreter, fp32
+
+For each (batch, context) the script checks the Triton decode kernel against `kernels.reference`,
+then times (median) the kernel, SDPA on K/V already gathered into padded contiguous
+``(B, H, L, D)`` tensors, and gather + SDPA. Bandwidth counts the bytes a decode must move: K and
+V of every context token once per KV head, plus q and out. The ceiling is a device-to-device copy
+of a large buffer (bytes read + written over time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+# This file is itself named kernels.py: put the repository first so `import kernels` finds the
+# package, not this script's directory.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+# Llama-3-8B attention: 32 query heads sharing 8 KV heads, head size 128, 16-token cache blocks.
+NUM_Q_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 32, 8, 128, 16
+BATCHES = (1, 8, 32, 128, 256)
+CONTEXTS = (128, 1024, 4096, 16384, 32768)
+TINY_BATCHES, TINY_CONTEXTS = (1, 3), (17, 100)
+COPY_BYTES = 1 << 30  # 1 GiB each way: far past the 50 MiB L2, so the copy streams from HBM
+TINY_COPY_BYTES = 16 << 20
+# The fp32 reference gathers K/V in fp32 (2x a bf16 cache): check only this many sequences.
+CHECKED_SEQS = 4
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def median_ms(fn: Callable[[], Any], cuda: bool, cpu_reps: int = 3) -> float:
+    """Median time of ``fn`` in ms; on CUDA via ``do_bench``, which flushes L2 between runs."""
+    if cuda:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    fn()
+    times = []
+    for _ in range(cpu_reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def copy_gbps(device: torch.device, nbytes: int, cuda: bool) -> float:
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), cuda)
+    return 2 * nbytes / ms / 1e6
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref.float()).norm() / ref.float().norm())
+
+
+def gathered_bhld(cache: torch.Tensor, block_tables: torch.Tensor, ctx: int) -> torch.Tensor:
+    """The padded contiguous ``(B, H, L, D)`` layout SDPA wants, gathered from the paged cache."""
+    from kernels.reference import gather_kv
+
+    return gather_kv(cache, block_tables, ctx)[:, :ctx].transpose(1, 2).contiguous()
+
+
+def fits(batch: int, ctx: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Cache + gathered copy + the gather's transient copy, with 20% headroom."""
+    if device.type != "cuda":
+        return True
+    kv_bytes = 2 * batch * ctx * NUM_KV_HEADS * HEAD_SIZE * dtype.itemsize
+    free, _ = torch.cuda.mem_get_info(device)
+    return 3 * kv_bytes < 0.8 * free
+
+
+def run_config(
+    batch: int, ctx: int, dtype: torch.dtype, device: torch.device, ceiling_gbps: float
+) -> dict[str, Any]:
+    from kernels.reference import paged_decode_attention as ref_decode
+    from kernels.triton_common import num_sms
+    from kernels.triton_decode import choose_num_splits, paged_decode_attention, split_plan
+
+    cuda = device.type == "cuda"
+    blocks_per_seq = -(-ctx // BLOCK_SIZE)
+    num_blocks = batch * blocks_per_seq
+    shape = (num_blocks, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE)
+    k_cache = torch.randn(shape, dtype=dtype, device=device)
+    v_cache = torch.randn(shape, dtype=dtype, device=device)
+    # Pages scattered over the cache, as after a while of serving.
+    perm = torch.randperm(num_blocks, device=device)
+    block_tables = perm.view(batch, blocks_per_seq).to(torch.int32)
+    seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+    q = torch.randn(batch, NUM_Q_HEADS, HEAD_SIZE, dtype=dtype, device=device)
+    scale = HEAD_SIZE**-0.5
+    args = (q, k_cache, v_cache, block_tables, seq_lens, scale, ctx)
+
+    out = paged_decode_attention(*args)
+    n = min(batch, CHECKED_SEQS)
+    err = rel_err(out[:n], ref_decode(q[:n], k_cache, v_cache, block_tables[:n], seq_lens[:n], scale, ctx))
+    if not err < TOLERANCE[dtype]:
+        raise AssertionError(f"batch {batch} ctx {ctx}: rel err {err:.2e} vs reference")
+    triton_ms = median_ms(lambda: paged_decode_attention(*args, out=out), cuda)
+
+    def sdpa(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q[:, :, None], k, v, scale=scale, enable_gqa=True)
+
+    k_g, v_g = gathered_bhld(k_cache, block_tables, ctx), gathered_bhld(v_cache, block_tables, ctx)
+    sdpa_err = rel_err(out, sdpa(k_g, v_g)[:, :, 0])
+    sdpa_ms = median_ms(lambda: sdpa(k_g, v_g), cuda)
+    del k_g, v_g
+    gather_sdpa_ms = median_ms(
+        lambda: sdpa(
+            gathered_bhld(k_cache, block_tables, ctx), gathered_bhld(v_cache, block_tables, ctx)
+        ),
+        cuda,
+    )
+    nbytes = 2 * batch * ctx * NUM_KV_HEADS * HEAD_SIZE * dtype.itemsize + 2 * q.nbytes
+    gbps = nbytes / triton_ms / 1e6
+    return {
+        "batch": batch,
+        "context": ctx,
+        "num_splits": split_plan(ctx, choose_num_splits(batch, NUM_KV_HEADS, ctx, num_sms(device)))[0],
+        "bytes": nbytes,
+        "triton_us": triton_ms * 1e3,
+        "triton_gbps": gbps,
+        "pct_of_copy": 100 * gbps / ceiling_gbps,
+        "sdpa_us": sdpa_ms * 1e3,
+        "gather_sdpa_us": gather_sdpa_ms * 1e3,
+        "speedup_vs_sdpa": sdpa_ms / triton_ms,
+        "speedup_vs_gather_sdpa": gather_sdpa_ms / triton_ms,
+        "rel_err_vs_reference": err,
+        "rel_err_vs_sdpa": sdpa_err,
+    }
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(
+        f"{results['device']}  {results['dtype']}  copy ceiling {results['copy_gbps']:.0f} GB/s  "
+        f"(Hq {NUM_Q_HEADS}, Hkv {NUM_KV_HEADS}, D {HEAD_SIZE}, block {BLOCK_SIZE})"
+    )
+    head = (
+        f"{'batch':>5} {'ctx':>6} {'split':>5} {'triton us':>10} {'GB/s':>7} {'%copy':>6} "
+        f"{'sdpa us':>9} {'g+sdpa us':>10} {'x sdpa':>7} {'x g+sdpa':>8} {'rel err':>8}"
+    )
+    print(head)
+    for r in results["configs"]:
+        if r.get("skipped"):
+            print(f"{r['batch']:>5} {r['context']:>6}  skipped: {r['skipped']}")
+            continue
+        print(
+            f"{r['batch']:>5} {r['context']:>6} {r['num_splits']:>5} {r['triton_us']:>10.1f} "
+            f"{r['triton_gbps']:>7.0f} {r['pct_of_copy']:>6.1f} {r['sdpa_us']:>9.1f} "
+            f"{r['gather_sdpa_us']:>10.1f} {r['speedup_vs_sdpa']:>7.2f} "
+            f"{r['speedup_vs_gather_sdpa']:>8.2f} {r['rel_err_vs_reference']:>8.1e}"
+        )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--tiny", action="store_true", help="tiny grid; on CPU via the interpreter")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bf16 on CUDA, fp32 on CPU")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.tiny:
+        raise SystemExit("the full grid needs a CUDA device; use --tiny on CPU")
+    if not cuda:
+        # Must precede the first import of kernels.triton_* (the decorators read it).
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = DTYPES[args.dtype] if args.dtype else torch.bfloat16 if cuda else torch.float32
+    batches, contexts = (TINY_BATCHES, TINY_CONTEXTS) if args.tiny else (BATCHES, CONTEXTS)
+    torch.manual_seed(0)
+    ceiling = copy_gbps(device, TINY_COPY_BYTES if args.tiny else COPY_BYTES, cuda)
+    configs = []
+    for batch in batches:
+        for ctx in contexts:
+            if not fits(batch, ctx, dtype, device):
+                configs.append({"batch": batch, "context": ctx, "skipped": "does not fit memory"})
+                continue
+            configs.append(run_config(batch, ctx, dtype, device, ceiling))
+            if cuda:
+                torch.cuda.empty_cache()
+    name = torch.cuda.get_device_name(device) if cuda else "cpu (Triton interpreter)"
+    results = {"device": name, "dtype": str(dtype), "copy_gbps": ceiling, "configs": configs}
+    print_table(results)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+# No GPU in CI: Triton kernels run under the interpreter. Set before anything imports triton.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+TINY_VOCAB = 49152  # SmolLM2's, so the tiny model can use its real tokenizer
+
+
+@pytest.fixture(scope="session")
+def smol_model_dir() -> Path:
+    """The bundled SmolLM2-135M as a Hugging Face directory (converted once, then cached)."""
+    from worker.models.loader import resolve_model_dir
+
+    return resolve_model_dir(None)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smol_model_dir: Path) -> Path:
+    """A 2-layer random Llama with SmolLM2's tokenizer and chat template: engine tests in ms."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    config = LlamaConfig(
+        vocab_size=TINY_VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # larger logits than the default init: fewer near-ties in greedy tests
+        model.model.embed_tokens.weight.normal_(0.0, 1.0)
+    model.save_pretrained(out)
+    for path in smol_model_dir.iterdir():  # tokenizer files and the chat template
+        if path.name != "config.json" and path.suffix != ".safetensors":
+            shutil.copy(path, out / path.name)
+    return out

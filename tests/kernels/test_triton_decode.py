@@ -1,0 +1,97 @@
+"""`kernels.triton_decode.paged_decode_attention` against the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from paged_cases import TOLERANCE, make_paged_kv, rel_err
+
+from kernels import reference
+from kernels.triton_decode import choose_num_splits, paged_decode_attention
+
+# Not multiples of any block size, plus one long enough for many splits.
+CONTEXTS = [1, 15, 17, 100, 1000]
+
+
+def check_decode(
+    dtype: torch.dtype,
+    group: int,
+    head_size: int,
+    block_size: int,
+    num_splits: int | None,
+    contexts: list[int] = CONTEXTS,
+    num_kv_heads: int = 2,
+    seed: int = 0,
+) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    kv = make_paged_kv(contexts, num_kv_heads, head_size, block_size, dtype, gen)
+    q = torch.randn(len(contexts), num_kv_heads * group, head_size, generator=gen).to(dtype)
+    scale = head_size**-0.5
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, scale)
+    ref = reference.paged_decode_attention(*args)
+    out = torch.full_like(q, float("nan"))
+    paged_decode_attention(*args, max(contexts), out=out, num_splits=num_splits)
+    err = rel_err(out, ref)
+    assert err < TOLERANCE[dtype], f"rel err {err:.2e} (splits={num_splits})"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("group", "head_size", "block_size", "num_splits"),
+    [(1, 64, 16, 1), (3, 80, 4, 5), (4, 128, 32, None), (8, 96, 8, 3)],
+)
+def test_decode_matches_reference(
+    dtype: torch.dtype, group: int, head_size: int, block_size: int, num_splits: int | None
+) -> None:
+    check_decode(dtype, group, head_size, block_size, num_splits)
+
+
+def test_decode_max_seq_len_from_device_and_upper_bound() -> None:
+    gen = torch.Generator().manual_seed(3)
+    kv = make_paged_kv([5, 70], 1, 64, 16, torch.float32, gen)
+    q = torch.randn(2, 2, 64, generator=gen)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
+    ref = reference.paged_decode_attention(*args)
+    assert rel_err(paged_decode_attention(*args), ref) < 1e-5
+    # An over-estimate only grows the grid: the extra splits are empty and get weight 0.
+    assert rel_err(paged_decode_attention(*args, 4096, num_splits=8), ref) < 1e-5
+
+
+def test_split_heuristic() -> None:
+    sms = 132
+    assert choose_num_splits(1, 8, 32768, sms) == 64  # few long sequences: split hard
+    assert choose_num_splits(1, 8, 300, sms) == 2  # but never below 256 tokens a split
+    assert choose_num_splits(32, 8, 4096, sms) == 3
+    assert choose_num_splits(256, 8, 32768, sms) == 1  # the batch alone fills the GPU
+
+
+def _decode_args() -> dict[str, object]:
+    return {
+        "q": torch.zeros(2, 4, 64),
+        "k_cache": torch.zeros(3, 16, 2, 64),
+        "v_cache": torch.zeros(3, 16, 2, 64),
+        "block_tables": torch.zeros(2, 3, dtype=torch.int32),
+        "seq_lens": torch.ones(2, dtype=torch.int32),
+        "scale": 0.125,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"q": torch.zeros(2, 4, 64, dtype=torch.float16)}, "q dtype torch.float16 != cache"),
+        ({"q": torch.zeros(2, 3, 64)}, "num_q_heads 3 is not a multiple of num_kv_heads 2"),
+        ({"q": torch.zeros(2, 4, 32)}, "q head_size 32 != cache head_size 64"),
+        ({"q": torch.zeros(8, 64)}, r"q must be \(tokens, num_q_heads, head_size\)"),
+        ({"k_cache": torch.zeros(3, 16, 2, 64, dtype=torch.float64)}, "share one dtype"),
+        ({"v_cache": torch.zeros(3, 8, 2, 64)}, "v_cache shape"),
+        ({"block_tables": torch.zeros(3, 3, dtype=torch.int32)}, "block_tables must be 2-D with 2"),
+        ({"seq_lens": torch.ones(2)}, "seq_lens must be int32 or int64"),
+        ({"out": torch.zeros(2, 4, 64, dtype=torch.float16)}, "out must match q"),
+    ],
+)
+def test_decode_rejects_bad_arguments(change: dict[str, object], message: str) -> None:
+    args = _decode_args()
+    args.update(change)
+    with pytest.raises(ValueError, match=message):
+        paged_decode_attention(**args)  # type: ignore[arg-type]
