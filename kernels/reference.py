@@ -5,7 +5,8 @@ Layout shared by every kernel in this package (the Triton ones must match it exa
 - KV cache, one per layer and per K/V: ``(num_blocks, block_size, num_kv_heads, head_size)``,
   contiguous. Token slot ``s`` lives in block ``s // block_size`` at offset ``s % block_size``.
 - ``slot_mapping``: ``(num_tokens,)`` int64, the slot each new token's K/V is written to.
-- ``block_tables``: ``(num_seqs, max_blocks_per_seq)`` int32; row ``b`` lists sequence ``b``'s blocks
+- ``block_tables``: ``(num_seqs, max_blocks_per_seq)`` int32; row ``b`` lists sequence ``b``'s
+  blocks
   in order. Entries past the last block a sequence uses are padding (0) and are never read.
 - ``seq_lens``: ``(num_seqs,)`` int32, the context length of each sequence *including* the tokens
   of this step (their K/V are written to the cache before attention runs).
@@ -38,9 +39,7 @@ def write_kv(
     flat_v.index_copy_(0, slot_mapping, value.to(v_cache.dtype))
 
 
-def gather_kv(
-    cache: torch.Tensor, block_tables: torch.Tensor, max_seq_len: int
-) -> torch.Tensor:
+def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, max_seq_len: int) -> torch.Tensor:
     """Gather each sequence's cache into a padded ``(num_seqs, L, num_kv_heads, head_size)``."""
     _, block_size, num_kv_heads, head_size = cache.shape
     num_seq_blocks = -(-max_seq_len // block_size)
@@ -87,7 +86,7 @@ def paged_prefill_attention(
     query_start_loc: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """Varlen extend attention: ``q`` ``(num_tokens, num_q_heads, head_size)`` packed by sequence."""
+    """Varlen extend attention: ``q`` is ``(num_tokens, num_q_heads, head_size)``, packed."""
     out = torch.empty_like(q)
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()

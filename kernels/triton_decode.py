@@ -97,7 +97,7 @@ def _paged_decode_kernel(
         q = q.to(tl.float32)
 
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)  # running max, log2 units
-    l = tl.zeros([BLOCK_G], tl.float32)  # running softmax denominator
+    denom = tl.zeros([BLOCK_G], tl.float32)  # running softmax denominator, scaled by exp2(-m)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     table = block_tables_ptr + seq.to(tl.int64) * stride_bt_seq
     for tile in range(start, end, BLOCK_N):
@@ -118,23 +118,22 @@ def _paged_decode_kernel(
         m_new = tl.maximum(m, tl.max(s, 1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
+        denom = denom * alpha + tl.sum(p, 1)
         # p is rounded to the K/V dtype for a tensor-core dot, as in FlashAttention.
         p_dot = p.to(p_dtype).to(v.dtype)
         acc = acc * alpha[:, None] + tl.dot(p_dot, v, input_precision=DOT_PRECISION)
         m = m_new
 
     o_mask = g_mask[:, None] & d_mask[None, :]
+    nonempty = denom > 0  # false only for splits past seq_len, or seq_len == 0 (batch padding)
+    out = acc / tl.where(nonempty, denom, 1.0)[:, None]
     if DIRECT_OUT:
         o_offs = seq.to(tl.int64) * stride_o_seq + heads[:, None] * stride_o_head + offs_d[None, :]
-        out = acc / l[:, None]
         tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty), mask=o_mask)
     else:
         # Empty splits (short sequences in a batch sized for a long one) store lse = -inf and a
         # zero partial; the merge gives them weight 0.
-        nonempty = l > 0
-        out = acc / tl.where(nonempty, l, 1.0)[:, None]
-        lse = tl.where(nonempty, m + tl.log2(tl.where(nonempty, l, 1.0)), float("-inf"))
+        lse = tl.where(nonempty, m + tl.log2(tl.where(nonempty, denom, 1.0)), float("-inf"))
         row = seq.to(tl.int64) * tl.num_programs(1) * GROUP + heads  # q-head row, (G,)
         part = row * num_splits + split
         tl.store(part_lse_ptr + part, lse, mask=g_mask)
@@ -159,14 +158,17 @@ def _merge_splits_kernel(
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < HEAD_SIZE
-    lse = tl.load(part_lse_ptr + row * num_splits + offs_s, mask=offs_s < num_splits, other=float("-inf"))
-    # Split 0 always holds token 0, so lse_max is finite; empty splits get exp2(-inf) = 0.
-    lse_max = tl.max(lse, 0)
-    w = tl.exp2(lse - lse_max)  # (S,)
+    lse = tl.load(
+        part_lse_ptr + row * num_splits + offs_s, mask=offs_s < num_splits, other=float("-inf")
+    )
     live = lse > float("-inf")
+    # Split 0 holds token 0, so lse_max is finite unless seq_len == 0 (batch padding: out = 0).
+    lse_max = tl.max(lse, 0)
+    w = tl.where(live, tl.exp2(lse - lse_max), 0.0)  # (S,)
     parts = part_out_ptr + (row * num_splits + offs_s)[:, None] * HEAD_SIZE + offs_d[None, :]
     o = tl.load(parts, mask=live[:, None] & d_mask[None, :], other=0.0)  # (S, D)
-    out = tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)
+    w_sum = tl.sum(w, 0)
+    out = tl.sum(w[:, None] * o, 0) / tl.where(w_sum > 0, w_sum, 1.0)
     o_offs = seq.to(tl.int64) * stride_o_seq + head * stride_o_head + offs_d
     tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty), mask=d_mask)
 
@@ -208,7 +210,8 @@ def paged_decode_attention(
     """One query token per sequence: ``q`` ``(num_seqs, num_q_heads, head_size)``.
 
     ``max_seq_len`` may be any upper bound of ``seq_lens`` (it only sizes the grid); ``None``
-    reads it from the device like the reference. ``out`` lets callers (and tests) supply the
+    reads it from the device like the reference. Rows with ``seq_len == 0`` (batch padding) get
+    zeros where the reference gives NaN. ``out`` lets callers (and tests) supply the
     output buffer; ``num_splits`` overrides `choose_num_splits`.
     """
     check_kv_cache(k_cache, v_cache)
@@ -282,4 +285,3 @@ def paged_decode_attention(
             num_warps=1 if block_d <= 128 else 2,
         )
     return out
-

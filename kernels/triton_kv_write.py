@@ -33,6 +33,8 @@ def _write_kv_kernel(
     tok = tl.program_id(0).to(tl.int64)
     # int64: slot * row size passes 2**31 elements in caches over 4 GiB (bf16, one layer).
     slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
+    if slot < 0:  # a padding token (e.g. of a CUDA-graph batch): writing it would corrupt memory
+        return
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_h[:, None] < NUM_KV_HEADS) & (offs_d[None, :] < HEAD_SIZE)
@@ -57,7 +59,8 @@ def write_kv(
     ``key``/``value`` may be strided views (e.g. slices of a fused QKV projection) as long as
     ``head_size`` has unit stride. Another dtype than the cache's is cast by torch first (the
     engine never does this): torch rounds to nearest even like the reference, while the Triton
-    interpreter's fp32->bf16 cast truncates.
+    interpreter's fp32->bf16 cast truncates. Tokens with a negative slot are skipped (the
+    reference rejects them).
     """
     check_kv_cache(k_cache, v_cache)
     _, _, num_kv_heads, head_size = k_cache.shape

@@ -86,7 +86,7 @@ def _paged_prefill_kernel(
         q = q.to(tl.float32)
 
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max, log2 units
-    l = tl.zeros([BLOCK_M], tl.float32)
+    denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     table = block_tables_ptr + seq.to(tl.int64) * stride_bt_seq
     # The last row of this tile sees keys up to its own position; nothing past it is loaded.
@@ -110,14 +110,16 @@ def _paged_prefill_kernel(
         m_new = tl.maximum(m, tl.max(s, 1))
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
+        denom = denom * alpha + tl.sum(p, 1)
         p_dot = p.to(p_dtype).to(v.dtype)
         acc = acc * alpha[:, None] + tl.dot(p_dot, v, input_precision=DOT_PRECISION)
         m = m_new
 
-    out = acc / l[:, None]
+    out = acc / denom[:, None]
     o_offs = tok[:, None] * stride_o_tok + head * stride_o_head + offs_d[None, :]
-    tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])
+    tl.store(
+        out_ptr + o_offs, out.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :]
+    )
 
 
 def paged_prefill_attention(

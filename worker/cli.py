@@ -18,9 +18,7 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("sampling")
     g.add_argument("--max-tokens", type=int, default=64, help="new tokens at most (default 64)")
     g.add_argument("--min-tokens", type=int, default=0)
-    g.add_argument(
-        "--temperature", type=float, default=0.0, help="0 is greedy (the default here)"
-    )
+    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (the default here)")
     g.add_argument("--top-k", type=int, default=0, help="0 disables")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--min-p", type=float, default=0.0)
@@ -110,8 +108,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
             }
             if args.logprobs is not None:
                 record["logprobs"] = [
-                    {"token_id": lp.token_id, "logprob": lp.logprob, "rank": lp.rank,
-                     "top": [list(t) for t in lp.top]}
+                    {
+                        "token_id": lp.token_id,
+                        "logprob": lp.logprob,
+                        "rank": lp.rank,
+                        "top": [list(t) for t in lp.top],
+                    }
                     for lp in c.logprobs
                 ]
             print(json.dumps(record, ensure_ascii=False))

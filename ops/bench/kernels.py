@@ -13,6 +13,7 @@ of a large buffer (bytes read + written over time).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -26,8 +27,8 @@ from typing import Any
 # package, not this script's directory.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
 # Llama-3-8B attention: 32 query heads sharing 8 KV heads, head size 128, 16-token cache blocks.
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 32, 8, 128, 16
@@ -42,8 +43,11 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def median_ms(fn: Callable[[], Any], cuda: bool, cpu_reps: int = 3) -> float:
-    """Median time of ``fn`` in ms; on CUDA via ``do_bench``, which flushes L2 between runs."""
+def median_ms(fn: Callable[[], Any], cuda: bool, cpu_reps: int = 1) -> float:
+    """Median time of ``fn`` in ms; on CUDA via ``do_bench``, which flushes L2 between runs.
+
+    CPU times (the interpreter) only prove the script runs, so one timed call is enough there.
+    """
     if cuda:
         from triton.testing import do_bench
 
@@ -73,6 +77,33 @@ def gathered_bhld(cache: torch.Tensor, block_tables: torch.Tensor, ctx: int) -> 
     from kernels.reference import gather_kv
 
     return gather_kv(cache, block_tables, ctx)[:, :ctx].transpose(1, 2).contiguous()
+
+
+def time_sdpa(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    ctx: int,
+    triton_out: torch.Tensor,
+) -> tuple[float, float, float]:
+    """``(rel err vs triton_out, SDPA ms, gather + SDPA ms)``; all sequences are ``ctx`` long."""
+    cuda = q.is_cuda
+    q_4d = q[:, :, None]  # (B, Hq, 1, D)
+    scale = q.shape[-1] ** -0.5
+
+    def sdpa(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q_4d, k, v, scale=scale, enable_gqa=True)
+
+    def gather_sdpa() -> torch.Tensor:
+        k = gathered_bhld(k_cache, block_tables, ctx)
+        return sdpa(k, gathered_bhld(v_cache, block_tables, ctx))
+
+    k, v = gathered_bhld(k_cache, block_tables, ctx), gathered_bhld(v_cache, block_tables, ctx)
+    err = rel_err(triton_out, sdpa(k, v)[:, :, 0])
+    sdpa_ms = median_ms(functools.partial(sdpa, k, v), cuda)
+    del k, v  # the gathered copies; gather_sdpa makes its own
+    return err, sdpa_ms, median_ms(gather_sdpa, cuda)
 
 
 def fits(batch: int, ctx: int, dtype: torch.dtype, device: torch.device) -> bool:
@@ -107,30 +138,21 @@ def run_config(
 
     out = paged_decode_attention(*args)
     n = min(batch, CHECKED_SEQS)
-    err = rel_err(out[:n], ref_decode(q[:n], k_cache, v_cache, block_tables[:n], seq_lens[:n], scale, ctx))
+    err = rel_err(
+        out[:n], ref_decode(q[:n], k_cache, v_cache, block_tables[:n], seq_lens[:n], scale, ctx)
+    )
     if not err < TOLERANCE[dtype]:
         raise AssertionError(f"batch {batch} ctx {ctx}: rel err {err:.2e} vs reference")
+    num_splits = choose_num_splits(batch, NUM_KV_HEADS, ctx, num_sms(device))
     triton_ms = median_ms(lambda: paged_decode_attention(*args, out=out), cuda)
 
-    def sdpa(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q[:, :, None], k, v, scale=scale, enable_gqa=True)
-
-    k_g, v_g = gathered_bhld(k_cache, block_tables, ctx), gathered_bhld(v_cache, block_tables, ctx)
-    sdpa_err = rel_err(out, sdpa(k_g, v_g)[:, :, 0])
-    sdpa_ms = median_ms(lambda: sdpa(k_g, v_g), cuda)
-    del k_g, v_g
-    gather_sdpa_ms = median_ms(
-        lambda: sdpa(
-            gathered_bhld(k_cache, block_tables, ctx), gathered_bhld(v_cache, block_tables, ctx)
-        ),
-        cuda,
-    )
+    sdpa_err, sdpa_ms, gather_sdpa_ms = time_sdpa(q, k_cache, v_cache, block_tables, ctx, out)
     nbytes = 2 * batch * ctx * NUM_KV_HEADS * HEAD_SIZE * dtype.itemsize + 2 * q.nbytes
     gbps = nbytes / triton_ms / 1e6
     return {
         "batch": batch,
         "context": ctx,
-        "num_splits": split_plan(ctx, choose_num_splits(batch, NUM_KV_HEADS, ctx, num_sms(device)))[0],
+        "num_splits": split_plan(ctx, num_splits)[0],
         "bytes": nbytes,
         "triton_us": triton_ms * 1e3,
         "triton_gbps": gbps,
@@ -170,7 +192,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--tiny", action="store_true", help="tiny grid; on CPU via the interpreter")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), help="default: bf16 on CUDA, fp32 on CPU")
+    parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), help="default: bf16 on CUDA, fp32 on CPU"
+    )
     return parser.parse_args(argv)
 
 

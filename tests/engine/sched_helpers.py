@@ -23,7 +23,9 @@ class Harness:
 
     def add(self, prompt_len: int, max_tokens: int) -> Sequence:
         rid = f"r{self.count}"
-        seq = Sequence(rid, list(range(1, prompt_len + 1)), SamplingParams(max_tokens=max_tokens), self.count)
+        seq = Sequence(
+            rid, list(range(1, prompt_len + 1)), SamplingParams(max_tokens=max_tokens), self.count
+        )
         self.count += 1
         self.seqs[rid] = seq
         self.scheduler.add(seq)

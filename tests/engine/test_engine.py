@@ -20,7 +20,9 @@ PROMPTS = [
 ]
 
 
-def make_engine(model_dir: Path, num_blocks: int = 512, budget: int = 64, seqs: int = 8) -> LLMEngine:
+def make_engine(
+    model_dir: Path, num_blocks: int = 512, budget: int = 64, seqs: int = 8
+) -> LLMEngine:
     return LLMEngine(
         EngineConfig(
             model=str(model_dir),
@@ -46,7 +48,9 @@ def test_batched_greedy_equals_each_prompt_alone(engine: LLMEngine) -> None:
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 
-def test_preemption_and_chunking_do_not_change_outputs(tiny_model_dir: Path, engine: LLMEngine) -> None:
+def test_preemption_and_chunking_do_not_change_outputs(
+    tiny_model_dir: Path, engine: LLMEngine
+) -> None:
     tight = make_engine(tiny_model_dir, num_blocks=24, budget=8, seqs=4)
     params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
     expected = engine.generate(PROMPTS, params)
@@ -56,7 +60,9 @@ def test_preemption_and_chunking_do_not_change_outputs(tiny_model_dir: Path, eng
     assert [c.text for c in got] == [c.text for c in expected]
 
 
-def test_seeded_sampling_is_independent_of_batch_and_preemption(tiny_model_dir: Path, engine: LLMEngine) -> None:
+def test_seeded_sampling_is_independent_of_batch_and_preemption(
+    tiny_model_dir: Path, engine: LLMEngine
+) -> None:
     seeded = SamplingParams(temperature=1.0, top_p=0.9, seed=1234, max_tokens=16, ignore_eos=True)
     others = SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True)
     alone = engine.generate([PROMPTS[3]], seeded)[0]
@@ -65,7 +71,9 @@ def test_seeded_sampling_is_independent_of_batch_and_preemption(tiny_model_dir: 
     squeezed = tight.generate(PROMPTS, [others, others, others, seeded, others, others])[3]
     assert tight.scheduler.num_preemptions > 0
     assert alone.token_ids == crowd.token_ids == squeezed.token_ids
-    other_seed = engine.generate([PROMPTS[3]], SamplingParams(temperature=1.0, seed=99, max_tokens=16, ignore_eos=True))[0]
+    other_seed = engine.generate(
+        [PROMPTS[3]], SamplingParams(temperature=1.0, seed=99, max_tokens=16, ignore_eos=True)
+    )[0]
     assert other_seed.token_ids != alone.token_ids
 
 
@@ -73,17 +81,23 @@ def test_stop_token_id_ends_with_the_token_kept_and_no_text_for_it(engine: LLMEn
     base = engine.generate([PROMPTS[1]], GREEDY)[0]
     stop_at = base.token_ids[4]
     first = base.token_ids.index(stop_at)
-    got = engine.generate([PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=(stop_at,)))[0]
+    got = engine.generate(
+        [PROMPTS[1]], SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=(stop_at,))
+    )[0]
     assert got.finish_reason == "stop"
     assert got.token_ids == base.token_ids[: first + 1]
-    assert got.text == engine.tokenizer.decode(list(base.token_ids[:first]), skip_special_tokens=True)
+    assert got.text == engine.tokenizer.decode(
+        list(base.token_ids[:first]), skip_special_tokens=True
+    )
 
 
 def test_stop_string_truncates_text(engine: LLMEngine) -> None:
     base = engine.generate([PROMPTS[0]], GREEDY)[0]
     stop = base.text[len(base.text) // 2 : len(base.text) // 2 + 2]
     assert stop.strip(), base.text
-    got = engine.generate([PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=12, stop=(stop,)))[0]
+    got = engine.generate(
+        [PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=12, stop=(stop,))
+    )[0]
     assert got.finish_reason == "stop_string"
     assert got.text == base.text[: base.text.index(stop)]
 
@@ -97,7 +111,9 @@ def test_min_tokens_and_max_model_len(tiny_model_dir: Path) -> None:
         )
     )
     ids = small.encode(PROMPTS[3])
-    got = small.generate([PROMPTS[3]], SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True))[0]
+    got = small.generate(
+        [PROMPTS[3]], SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True)
+    )[0]
     assert got.finish_reason == "length" and len(ids) + len(got.token_ids) == 20
     with pytest.raises(InvalidRequestError, match="max_model_len 20"):
         small.add_request("long", prompt_token_ids=list(range(3, 23)))
@@ -135,7 +151,9 @@ def test_logprobs_and_chat_prompts(engine: LLMEngine) -> None:
     chat = [{"role": "user", "content": "Hi there"}]
     ids = engine.encode(chat)
     assert engine.tokenizer.decode(ids).count("<|im_start|>") == 3  # system, user, assistant
-    got = engine.generate([chat], SamplingParams(temperature=0.0, max_tokens=3, logprobs=2, ignore_eos=True))[0]
+    got = engine.generate(
+        [chat], SamplingParams(temperature=0.0, max_tokens=3, logprobs=2, ignore_eos=True)
+    )[0]
     assert len(got.logprobs) == 3
     for token, lp in zip(got.token_ids, got.logprobs, strict=True):
         assert lp.token_id == token and lp.rank == 1 and len(lp.top) == 2
@@ -150,7 +168,9 @@ def test_logprobs_and_chat_prompts(engine: LLMEngine) -> None:
         ({}, "give a prompt"),
     ],
 )
-def test_bad_requests_are_clear_errors(engine: LLMEngine, kwargs: dict[str, object], match: str) -> None:
+def test_bad_requests_are_clear_errors(
+    engine: LLMEngine, kwargs: dict[str, object], match: str
+) -> None:
     with pytest.raises(InvalidRequestError, match=match):
         engine.add_request("bad", **kwargs)  # type: ignore[arg-type]
     assert not engine.has_unfinished()

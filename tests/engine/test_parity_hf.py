@@ -107,14 +107,18 @@ def test_greedy_parity_in_one_continuous_batch_with_chunking_and_preemption(
     longest = max(len(engine.encode(p)) for p in PROMPTS)
     assert longest > 32, "a prompt must be longer than the step budget to force chunked prefill"
     assert engine.scheduler.num_preemptions >= 1
-    verdicts = [assert_parity(tokens[f"p{i}"], hf_runs[i], PROMPTS[i][:20]) for i in range(len(PROMPTS))]
+    verdicts = [
+        assert_parity(tokens[f"p{i}"], hf_runs[i], PROMPTS[i][:20]) for i in range(len(PROMPTS))
+    ]
     assert verdicts.count("exact") >= len(PROMPTS) - 1, verdicts
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU"
+)
 def test_greedy_parity_with_the_triton_backend_under_the_interpreter(hf_runs: list[HFRun]) -> None:
     subset = [1, 3, 5]
-    engine, tokens = run_engine("triton", [PROMPTS[i] for i in subset])
+    _, tokens = run_engine("triton", [PROMPTS[i] for i in subset])
     for j, i in enumerate(subset):
         assert_parity(tokens[f"p{j}"], hf_runs[i], PROMPTS[i][:20])

@@ -29,7 +29,9 @@ def test_chunked_prefill_keeps_decodes_running_every_step() -> None:
         before = short.num_output_tokens
         out = h.step()
         assert short.num_output_tokens == before + 1  # a token for the decode every step
-        chunks.append(next(s.num_scheduled_tokens for s in out.scheduled if s.request_id == long.request_id))
+        chunks.append(
+            next(s.num_scheduled_tokens for s in out.scheduled if s.request_id == long.request_id)
+        )
     # 8-token budget, 1 for the decode: 7-token chunks until the 40 prompt tokens are done.
     assert chunks == [7, 7, 7, 7, 7, 5]
 

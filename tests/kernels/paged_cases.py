@@ -16,6 +16,11 @@ POISON = 1000.0
 # bits: rounding the output alone costs ~1e-3 and rounding the probabilities to bf16 for the P@V
 # dot (as FlashAttention does) about as much again; fp16 has 3 more bits. ~2x to 10x margin.
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+DTYPES = list(TOLERANCE)
+
+
+def dtype_id(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_cases import TOLERANCE, make_paged_kv, query_start_loc, rel_err
+from paged_cases import DTYPES, TOLERANCE, dtype_id, make_paged_kv, query_start_loc, rel_err
 
 from worker.attention.backend import get_attention_backend
 from worker.attention.metadata import AttentionMetadata
@@ -24,7 +24,12 @@ def run_step(batch: list[tuple[int, int]], num_decodes: int, dtype: torch.dtype)
     q_lens = [q_len for _, q_len in batch]
     # The cached prefix holds K/V already; this step's slots hold poison until written.
     kv = make_paged_kv(
-        contexts, num_kv_heads, head_size, block_size, dtype, gen,
+        contexts,
+        num_kv_heads,
+        head_size,
+        block_size,
+        dtype,
+        gen,
         fill_to=[ctx - q_len for ctx, q_len in batch],
     )
     meta = AttentionMetadata(
@@ -49,7 +54,7 @@ def run_step(batch: list[tuple[int, int]], num_decodes: int, dtype: torch.dtype)
     assert err < TOLERANCE[dtype], f"rel err {err:.2e}"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_mixed_batch_matches_torch_backend(dtype: torch.dtype) -> None:
     run_step(MIXED, num_decodes=3, dtype=dtype)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_cases import TOLERANCE, make_paged_kv, rel_err
+from paged_cases import DTYPES, TOLERANCE, dtype_id, make_paged_kv, rel_err
 
 from kernels import reference
-from kernels.triton_decode import choose_num_splits, paged_decode_attention
+from kernels.triton_decode import choose_num_splits, paged_decode_attention, split_plan
 
 # Not multiples of any block size, plus one long enough for many splits.
 CONTEXTS = [1, 15, 17, 100, 1000]
@@ -22,7 +22,7 @@ def check_decode(
     contexts: list[int] = CONTEXTS,
     num_kv_heads: int = 2,
     seed: int = 0,
-) -> None:
+) -> float:
     gen = torch.Generator().manual_seed(seed)
     kv = make_paged_kv(contexts, num_kv_heads, head_size, block_size, dtype, gen)
     q = torch.randn(len(contexts), num_kv_heads * group, head_size, generator=gen).to(dtype)
@@ -33,9 +33,10 @@ def check_decode(
     paged_decode_attention(*args, max(contexts), out=out, num_splits=num_splits)
     err = rel_err(out, ref)
     assert err < TOLERANCE[dtype], f"rel err {err:.2e} (splits={num_splits})"
+    return err
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize(
     ("group", "head_size", "block_size", "num_splits"),
     [(1, 64, 16, 1), (3, 80, 4, 5), (4, 128, 32, None), (8, 96, 8, 3)],
@@ -55,6 +56,31 @@ def test_decode_max_seq_len_from_device_and_upper_bound() -> None:
     assert rel_err(paged_decode_attention(*args), ref) < 1e-5
     # An over-estimate only grows the grid: the extra splits are empty and get weight 0.
     assert rel_err(paged_decode_attention(*args, 4096, num_splits=8), ref) < 1e-5
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_decode_padding_rows_give_zeros(num_splits: int) -> None:
+    # seq_len 0 marks a padding row (e.g. a CUDA-graph batch): zeros, not NaN (the reference's).
+    gen = torch.Generator().manual_seed(4)
+    kv = make_paged_kv([300, 1], 1, 64, 16, torch.float32, gen)
+    seq_lens = torch.tensor([300, 0], dtype=torch.int32)
+    q = torch.randn(2, 2, 64, generator=gen)
+    out = paged_decode_attention(
+        q, kv.k_cache, kv.v_cache, kv.block_tables, seq_lens, 0.125, 300, num_splits=num_splits
+    )
+    ref = reference.paged_decode_attention(
+        q[:1], kv.k_cache, kv.v_cache, kv.block_tables[:1], seq_lens[:1], 0.125
+    )
+    assert rel_err(out[:1], ref) < 1e-5
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+
+
+def test_split_plan() -> None:
+    assert split_plan(1000, 3) == (3, 384)
+    assert split_plan(1000, 5) == (4, 256)  # 5 x 200 rounds up to whole 64-token tiles
+    assert split_plan(17, 8) == (1, 64)
+    with pytest.raises(ValueError, match="num_splits must be in"):
+        split_plan(1000, 65)
 
 
 def test_split_heuristic() -> None:

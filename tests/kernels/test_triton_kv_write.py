@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from paged_cases import DTYPES, dtype_id
 
 from kernels import reference
 from kernels.triton_common import is_interpreted
 from kernels.triton_kv_write import _write_kv_kernel, write_kv
-
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def test_interpreter_is_active() -> None:
@@ -18,10 +17,12 @@ def test_interpreter_is_active() -> None:
 
 
 def _poisoned_caches(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    return torch.full(shape, float("nan"), dtype=dtype), torch.full(shape, float("nan"), dtype=dtype)
+    return torch.full(shape, float("nan"), dtype=dtype), torch.full(
+        shape, float("nan"), dtype=dtype
+    )
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize(("num_kv_heads", "head_size", "block_size"), [(2, 64, 4), (3, 80, 16)])
 def test_write_kv_matches_reference(
     dtype: torch.dtype, num_kv_heads: int, head_size: int, block_size: int
@@ -56,6 +57,14 @@ def test_write_kv_strided_views_and_cast() -> None:
     write_kv(key, value, k_out, v_out, slots)
     torch.testing.assert_close(k_out, k_ref, rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(v_out, v_ref, rtol=0, atol=0, equal_nan=True)
+
+
+def test_write_kv_skips_negative_slots() -> None:
+    k_cache, v_cache = torch.zeros(2, 4, 1, 64), torch.zeros(2, 4, 1, 64)
+    key = torch.ones(3, 1, 64)
+    write_kv(key, 2 * key, k_cache, v_cache, torch.tensor([5, -1, 2]))
+    assert k_cache.view(8, 64).sum(1).tolist() == [0, 0, 64, 0, 0, 64, 0, 0]
+    assert v_cache.view(8, 64).sum(1).tolist() == [0, 0, 128, 0, 0, 128, 0, 0]
 
 
 def test_write_kv_no_tokens() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_cases import TOLERANCE, make_paged_kv, query_start_loc, rel_err
+from paged_cases import DTYPES, TOLERANCE, dtype_id, make_paged_kv, query_start_loc, rel_err
 
 from kernels import reference
 from kernels.triton_prefill import paged_prefill_attention
@@ -22,7 +22,7 @@ def check_prefill(
     batch: list[tuple[int, int]] = MIXED_BATCH,
     num_kv_heads: int = 2,
     seed: int = 0,
-) -> None:
+) -> float:
     gen = torch.Generator().manual_seed(seed)
     contexts = [ctx for ctx, _ in batch]
     q_lens = [q_len for _, q_len in batch]
@@ -36,9 +36,10 @@ def check_prefill(
     paged_prefill_attention(*args, max(q_lens), out=out)
     err = rel_err(out, ref)
     assert err < TOLERANCE[dtype], f"rel err {err:.2e}"
+    return err
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize(
     ("group", "head_size", "block_size"), [(1, 64, 16), (4, 80, 4), (3, 128, 32)]
 )

@@ -92,8 +92,14 @@ def test_packed_paged_forward_matches_transformers(tmp_path: Path, family: str) 
 
 
 def test_config_reads_rope_from_both_transformers_layouts() -> None:
-    old = dict(BASE, model_type="llama", rope_theta=5e5, rope_scaling={"type": "linear", "factor": 2.0})
-    new = dict(BASE, model_type="llama", rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5})
+    old = dict(
+        BASE, model_type="llama", rope_theta=5e5, rope_scaling={"type": "linear", "factor": 2.0}
+    )
+    new = dict(
+        BASE,
+        model_type="llama",
+        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5},
+    )
     assert ModelConfig.from_hf(old).rope == ModelConfig.from_hf(new).rope
     assert ModelConfig.from_hf(old).rope.kind == "linear"
 

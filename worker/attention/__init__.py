@@ -1,4 +1,4 @@
-"""Attention backends over the paged KV cache: one interface, a torch and a Triton implementation."""
+"""Attention backends over the paged KV cache: one interface; torch and Triton kinds."""
 
 from worker.attention.backend import AttentionBackend, get_attention_backend
 from worker.attention.metadata import AttentionMetadata

@@ -66,7 +66,9 @@ class BlockManager:
         """Grow ``seq``'s block table so ``num_new_tokens`` more tokens have slots."""
         count = self.num_new_blocks(seq, num_new_tokens)
         if count > len(self._free):
-            raise RuntimeError(f"allocate without can_allocate: need {count}, have {len(self._free)}")
+            raise RuntimeError(
+                f"allocate without can_allocate: need {count}, have {len(self._free)}"
+            )
         for _ in range(count):
             block_id = self._free.popleft()
             self.ref_counts[block_id] = 1
@@ -110,6 +112,7 @@ class BlockManager:
             else:
                 assert block_id not in free, f"block {block_id} is owned and free"
             assert owners[block_id] == self.ref_counts[block_id], (
-                f"block {block_id}: {owners[block_id]} owners, ref count {self.ref_counts[block_id]}"
+                f"block {block_id}: {owners[block_id]} owners, "
+                f"ref count {self.ref_counts[block_id]}"
             )
         assert len(free) + sum(1 for o in owners if o) == self.num_blocks

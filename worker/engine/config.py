@@ -16,7 +16,7 @@ class InvalidConfigError(ValueError):
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """How big the paged KV pool is. ``num_blocks`` wins, then ``memory_bytes``, then the fraction."""
+    """The paged KV pool's size: ``num_blocks``, else ``memory_bytes``, else the fraction."""
 
     block_size: int = 16  # tokens per block
     num_blocks: int | None = None

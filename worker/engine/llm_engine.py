@@ -7,7 +7,8 @@ then each request's tokens are checked for stops and detokenized. No Redis, no t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence as Seq
+from collections.abc import Iterable
+from collections.abc import Sequence as Seq
 from typing import Any
 
 import torch
@@ -67,7 +68,9 @@ class LLMEngine:
             return list(self.tokenizer.encode(prompt))
         if not getattr(self.tokenizer, "chat_template", None):
             raise InvalidRequestError(f"{self.model_dir} has no chat template: send a plain prompt")
-        text = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        text = self.tokenizer.apply_chat_template(
+            prompt, add_generation_prompt=True, tokenize=False
+        )
         # The template already holds BOS and the role markers: add no special tokens again.
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
@@ -119,7 +122,7 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return bool(self._requests)
 
-    # -- the step -----------------------------------------------------------------------------------
+    # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
         """Run one iteration; return each request's new tokens, text and finish, if any."""
@@ -137,9 +140,8 @@ class LLMEngine:
             [SamplingRequest(s.seq.params, s.seq.num_output_tokens) for s in states],
         )
         for state, token, logprobs in zip(states, sampled.token_ids, sampled.logprobs, strict=True):
-            out = state.append(token, logprobs, self.eos_token_ids, self.max_model_len)
-            if out.finished:
-                reason = FinishReason(out.finish_reason)
+            out, reason = state.append(token, logprobs, self.eos_token_ids, self.max_model_len)
+            if reason is not None:
                 self.scheduler.finish(state.seq, reason)
                 del self._requests[state.seq.request_id]
             outputs.append(out)

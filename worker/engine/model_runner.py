@@ -38,7 +38,9 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def num_kv_blocks(cache: CacheConfig, model: ModelConfig, dtype: torch.dtype, device: torch.device) -> int:
+def num_kv_blocks(
+    cache: CacheConfig, model: ModelConfig, dtype: torch.dtype, device: torch.device
+) -> int:
     """Blocks in the pool: explicit count, else a byte budget, else a share of free memory."""
     elem = torch.empty((), dtype=dtype).element_size()
     block_bytes = model.kv_bytes_per_token * elem * cache.block_size
@@ -71,11 +73,16 @@ class ModelRunner:
         # Zero-filled, not empty: padding slots of a partly filled block are read (and masked) by
         # the batched decode gather, and uninitialised memory may hold NaN, which masking keeps.
         self.kv_caches = [
-            (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+            (
+                torch.zeros(shape, dtype=dtype, device=device),
+                torch.zeros(shape, dtype=dtype, device=device),
+            )
             for _ in range(mc.num_layers)
         ]
 
-    def prepare(self, output: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+    def prepare(
+        self, output: SchedulerOutput
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
         """Packed ``input_ids``, ``positions``, attention metadata and logits row indices."""
         bs = self.block_size
         input_ids: list[int] = []
@@ -119,6 +126,8 @@ class ModelRunner:
         hidden = self.model(ids, pos, ctx)
         sampling_ids = tuple(s.request_id for s in output.scheduled if s.samples)
         if not rows:
-            return RunnerOutput(sampling_ids, hidden.new_empty((0, self.model.config.vocab_size)).float())
+            return RunnerOutput(
+                sampling_ids, hidden.new_empty((0, self.model.config.vocab_size)).float()
+            )
         index = torch.tensor(rows, dtype=torch.int64, device=self.device)
         return RunnerOutput(sampling_ids, self.model.compute_logits(hidden[index]))

@@ -21,7 +21,7 @@ class RequestState:
         logprobs: TokenLogprobs | None,
         eos_token_ids: Set[int],
         max_model_len: int,
-    ) -> RequestOutput:
+    ) -> tuple[RequestOutput, FinishReason | None]:
         """Add a sampled token, decide whether the request stops, and say what to stream."""
         seq = self.seq
         params = seq.params
@@ -43,7 +43,7 @@ class RequestState:
         if reason is not None:
             delta += self.detokenizer.finish()
         lps = (logprobs,) if logprobs is not None else ()
-        return self.output((token_id,), delta, lps, reason)
+        return self.output((token_id,), delta, lps, reason), reason
 
     def output(
         self,

@@ -13,7 +13,7 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     STOP = "stop"  # EOS or a stop token id
     LENGTH = "length"  # max_tokens, or the model's context
     STOP_STRING = "stop_string"

@@ -121,7 +121,7 @@ class ModelConfig:
 
 
 def _rope_from_hf(raw: dict[str, Any]) -> RopeConfig:
-    # transformers 5 nests theta and scaling in `rope_parameters`; 4.x uses rope_theta + rope_scaling.
+    # transformers 5 nests theta and scaling in `rope_parameters`; 4.x: rope_theta + rope_scaling.
     params = dict(raw.get("rope_parameters") or {})
     scaling = raw.get("rope_scaling") or {}
     params = {**scaling, **params}

@@ -27,6 +27,9 @@ class RMSNorm(nn.Module):
 class RotaryEmbedding(nn.Module):
     """Rotate-half RoPE with a precomputed cos/sin table indexed by absolute position."""
 
+    cos: torch.Tensor  # (max_position, D/2) float32
+    sin: torch.Tensor
+
     def __init__(self, head_size: int, max_position: int, rope: RopeConfig) -> None:
         super().__init__()
         inv_freq = rope.inv_freq(head_size)
@@ -35,13 +38,17 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", freqs.cos(), persistent=False)
         self.register_buffer("sin", freqs.sin(), persistent=False)
 
-    def forward(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``q`` ``(T, Hq, D)`` and ``k`` ``(T, Hkv, D)`` by their positions ``(T,)``."""
-        cos = self.cos[positions][:, None, :]  # (T, 1, D/2)
-        sin = self.sin[positions][:, None, :]
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
+    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``(T, 1, D/2)`` of a step's positions, looked up once for all layers."""
+        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+
+
+def apply_rotary(
+    q: torch.Tensor, k: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate ``q`` ``(T, Hq, D)`` and ``k`` ``(T, Hkv, D)`` by `RotaryEmbedding.lookup`'s table."""
+    cos, sin = cos_sin
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

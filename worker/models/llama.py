@@ -14,7 +14,9 @@ from torch import nn
 
 from worker.attention import AttentionBackend, AttentionMetadata
 from worker.models.config import ModelConfig
-from worker.models.layers import RMSNorm, RotaryEmbedding, SwiGLU
+from worker.models.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rotary
+
+CosSin = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(config.head_size, config.rms_norm_eps) if config.qk_norm else None
         self.k_norm = RMSNorm(config.head_size, config.rms_norm_eps) if config.qk_norm else None
 
-    def forward(
-        self,
-        positions: torch.Tensor,
-        hidden: torch.Tensor,
-        rotary: RotaryEmbedding,
-        ctx: StepContext,
-    ) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, cos_sin: CosSin, ctx: StepContext) -> torch.Tensor:
         num_tokens = hidden.shape[0]
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], -1)
         q = q.view(num_tokens, self.num_q_heads, self.head_size)
@@ -59,7 +55,7 @@ class Attention(nn.Module):
         v = v.view(num_tokens, self.num_kv_heads, self.head_size)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(positions, q, k)
+        q, k = apply_rotary(q, k, cos_sin)
         k_cache, v_cache = ctx.kv_caches[self.layer_index]
         out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.meta, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
@@ -73,14 +69,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(
-        self,
-        positions: torch.Tensor,
-        hidden: torch.Tensor,
-        rotary: RotaryEmbedding,
-        ctx: StepContext,
-    ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(positions, self.input_layernorm(hidden), rotary, ctx)
+    def forward(self, hidden: torch.Tensor, cos_sin: CosSin, ctx: StepContext) -> torch.Tensor:
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos_sin, ctx)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -103,8 +93,9 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         """``input_ids``/``positions`` ``(T,)`` -> final hidden states ``(T, hidden)``."""
         hidden = self.embed_tokens(input_ids)
+        cos_sin = self.rotary.lookup(positions)
         for layer in self.layers:
-            hidden = layer(positions, hidden, self.rotary, ctx)
+            hidden = layer(hidden, cos_sin, ctx)
         return self.norm(hidden)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -164,7 +164,7 @@ def _load_weights(model: LlamaForCausalLM, model_dir: Path) -> None:
         raise ModelNotFoundError(f"{model_dir} holds no .safetensors files")
     for file in files:
         with safe_open(str(file), framework="pt") as f:
-            for hf_name in f.keys():  # noqa: SIM118 - safe_open is not a dict
+            for hf_name in f.keys():
                 target = _target(hf_name, model.config)
                 if target is None:
                     continue
