@@ -119,6 +119,16 @@ def head_block(head_size: int) -> int:
     return max(16, triton.next_power_of_2(head_size))
 
 
+def num_stages(block_d: int, dtype: torch.dtype) -> int:
+    """Software-pipeline depth for 64-row K/V tiles of ``block_d`` elements.
+
+    Two stages of K and V hold 4 x 64 x row bytes of shared memory: 64 KiB at 256-byte rows
+    (16-bit x 128), but 128 KiB at 512-byte rows (fp32 x 128, 16-bit x 256), which with the Q tile
+    and layout-conversion scratch nears or passes an A100's 164 KiB. Wide rows get one stage.
+    """
+    return 2 if block_d * dtype.itemsize <= 256 else 1
+
+
 @functools.cache
 def num_sms(device: torch.device) -> int:
     """Streaming multiprocessors to fill; a small stand-in off CUDA (interpreter runs)."""

@@ -32,13 +32,16 @@ from kernels.triton_common import (
     dot_flags,
     head_block,
     num_sms,
+    num_stages,
     output_for,
 )
 
 # Tokens per K/V tile. 64 rows x 128 dims x 2 B = 16 KiB per K or V tile: two stages of K and V
 # fit shared memory with room to spare. Untuned on the target GPU yet (see ops/bench/kernels.py).
 BLOCK_N = 64
-# A split below 256 tokens (4 tiles) spends more on its partial write and the merge than it saves.
+# A 256-token split reads 128 KiB of K/V per KV head (bf16, D 128) and writes GROUP x 512 B of
+# partials (1.6% for GROUP 4); shorter splits would let the fixed per-program cost (q load, table
+# loads, the merge) grow relative to the work. A reasoned floor, not yet measured.
 MIN_SPLIT_TOKENS = 256
 MAX_SPLITS = 64
 # Programs per SM to aim for: a decode program keeps only a few tiles in flight, so an SM needs
@@ -162,9 +165,10 @@ def _merge_splits_kernel(
         part_lse_ptr + row * num_splits + offs_s, mask=offs_s < num_splits, other=float("-inf")
     )
     live = lse > float("-inf")
-    # Split 0 holds token 0, so lse_max is finite unless seq_len == 0 (batch padding: out = 0).
+    # Split 0 holds token 0, so lse_max is finite unless seq_len == 0 (batch padding: all
+    # weights 0, out = 0). Empty splits get exp2(-inf) = 0.
     lse_max = tl.max(lse, 0)
-    w = tl.where(live, tl.exp2(lse - lse_max), 0.0)  # (S,)
+    w = tl.exp2(lse - tl.where(lse_max > float("-inf"), lse_max, 0.0))  # (S,)
     parts = part_out_ptr + (row * num_splits + offs_s)[:, None] * HEAD_SIZE + offs_d[None, :]
     o = tl.load(parts, mask=live[:, None] & d_mask[None, :], other=0.0)  # (S, D)
     w_sum = tl.sum(w, 0)
@@ -269,7 +273,7 @@ def paged_decode_attention(
         DOT_FP32=dot_fp32,
         DOT_PRECISION=dot_precision,
         num_warps=4,
-        num_stages=2,
+        num_stages=num_stages(block_d, q.dtype),
     )
     if not direct:
         _merge_splits_kernel[(num_seqs, num_q_heads)](
@@ -282,6 +286,7 @@ def paged_decode_attention(
             HEAD_SIZE=head_size,
             BLOCK_S=triton.next_power_of_2(num_splits),
             BLOCK_D=block_d,
-            num_warps=1 if block_d <= 128 else 2,
+            # Up to 64 splits x 128 dims of fp32 partials: 64 registers a thread with 4 warps.
+            num_warps=4,
         )
     return out

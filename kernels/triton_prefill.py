@@ -24,6 +24,7 @@ from kernels.triton_common import (
     check_query,
     dot_flags,
     head_block,
+    num_stages,
     output_for,
 )
 
@@ -161,6 +162,7 @@ def paged_prefill_attention(
         return out
 
     dot_fp32, dot_precision = dot_flags(q.dtype, q.device)
+    block_d = head_block(head_size)
     grid = (triton.cdiv(max_query_len, BLOCK_M), num_q_heads, num_seqs)
     _paged_prefill_kernel[grid](
         q,
@@ -184,10 +186,10 @@ def paged_prefill_attention(
         PAGE_SIZE=page_size,
         BLOCK_M=BLOCK_M,
         BLOCK_N=BLOCK_N,
-        BLOCK_D=head_block(head_size),
+        BLOCK_D=block_d,
         DOT_FP32=dot_fp32,
         DOT_PRECISION=dot_precision,
         num_warps=4,
-        num_stages=2,
+        num_stages=num_stages(block_d, q.dtype),
     )
     return out
