@@ -2,8 +2,14 @@
 
 Layout shared by every kernel in this package (the Triton ones must match it exactly):
 
-- KV cache, one per layer and per K/V: ``(num_blocks, block_size, num_kv_heads, head_size)``,
+- KV cache, one per layer and per K/V: ``(num_blocks, num_kv_heads, block_size, head_size)``,
   contiguous. Token slot ``s`` lives in block ``s // block_size`` at offset ``s % block_size``.
+  Head-major inside a block, so one head's ``block_size x head_size`` tile is contiguous: a GPU
+  kernel loads it as one run, and on CPU one ``index_select`` over ``(block, head)`` rows yields
+  ``(seq, head, token, dim)`` ready for batched matmuls. The token-major layout
+  ``(num_blocks, block_size, Hkv, D)`` made CPU decode 2.4x slower (24 vs 10 ms per layer for 64
+  sequences of 600 tokens, SmolLM2 shapes, one core): its per-head slices are strided, so every
+  matmul copied them first.
 - ``slot_mapping``: ``(num_tokens,)`` int64, the slot each new token's K/V is written to.
 - ``block_tables``: ``(num_seqs, max_blocks_per_seq)`` int32; row ``b`` lists sequence ``b``'s
   blocks
@@ -32,20 +38,23 @@ def write_kv(
     slot_mapping: torch.Tensor,
 ) -> None:
     """Scatter ``key``/``value`` ``(num_tokens, num_kv_heads, head_size)`` into the paged cache."""
-    num_blocks, block_size, num_kv_heads, head_size = k_cache.shape
-    flat_k = k_cache.view(num_blocks * block_size, num_kv_heads, head_size)
-    flat_v = v_cache.view(num_blocks * block_size, num_kv_heads, head_size)
-    flat_k.index_copy_(0, slot_mapping, key.to(k_cache.dtype))
-    flat_v.index_copy_(0, slot_mapping, value.to(v_cache.dtype))
+    block_size = k_cache.shape[2]
+    blocks = slot_mapping // block_size
+    offsets = slot_mapping % block_size
+    # Advanced indices around a slice: the indexed view is (num_tokens, num_kv_heads, head_size).
+    k_cache[blocks, :, offsets] = key.to(k_cache.dtype)
+    v_cache[blocks, :, offsets] = value.to(v_cache.dtype)
 
 
 def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, max_seq_len: int) -> torch.Tensor:
-    """Gather each sequence's cache into a padded ``(num_seqs, L, num_kv_heads, head_size)``."""
-    _, block_size, num_kv_heads, head_size = cache.shape
+    """Gather each sequence's cache into a padded ``(num_seqs, num_kv_heads, L, head_size)``."""
+    num_blocks, num_kv_heads, block_size, head_size = cache.shape
     num_seq_blocks = -(-max_seq_len // block_size)
-    blocks = block_tables[:, :num_seq_blocks].long()
-    gathered = cache[blocks]  # (B, nblk, block_size, Hkv, D)
-    return gathered.view(blocks.shape[0], num_seq_blocks * block_size, num_kv_heads, head_size)
+    blocks = block_tables[:, :num_seq_blocks].long()  # (B, nblk)
+    heads = torch.arange(num_kv_heads, device=cache.device)
+    rows = (blocks[:, None, :] * num_kv_heads + heads[None, :, None]).reshape(-1)  # (B, Hkv, nblk)
+    gathered = cache.view(num_blocks * num_kv_heads, block_size * head_size).index_select(0, rows)
+    return gathered.view(blocks.shape[0], num_kv_heads, num_seq_blocks * block_size, head_size)
 
 
 def paged_decode_attention(
@@ -59,21 +68,21 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     """One query token per sequence: ``q`` is ``(num_seqs, num_q_heads, head_size)``."""
     num_seqs, num_q_heads, head_size = q.shape
-    num_kv_heads = k_cache.shape[2]
+    num_kv_heads = k_cache.shape[1]
     group = num_q_heads // num_kv_heads
     if max_seq_len is None:
         max_seq_len = int(seq_lens.max().item())
     compute_dtype = torch.float32 if q.dtype != torch.float64 else torch.float64
-    k = gather_kv(k_cache, block_tables, max_seq_len).to(compute_dtype)
+    k = gather_kv(k_cache, block_tables, max_seq_len).to(compute_dtype)  # (B, Hkv, L, D)
     v = gather_kv(v_cache, block_tables, max_seq_len).to(compute_dtype)
-    ctx = k.shape[1]
+    ctx = k.shape[2]
     # (B, Hkv, g, D) @ (B, Hkv, D, L) -> (B, Hkv, g, L): each KV head is read once per group.
     qg = q.to(compute_dtype).view(num_seqs, num_kv_heads, group, head_size)
-    scores = torch.matmul(qg, k.permute(0, 2, 3, 1)) * scale
+    scores = torch.matmul(qg, k.transpose(2, 3)) * scale
     pad = torch.arange(ctx, device=q.device)[None, :] >= seq_lens[:, None].to(q.device)
     scores.masked_fill_(pad[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs, v.permute(0, 2, 1, 3))  # (B, Hkv, g, D)
+    out = torch.matmul(probs, v)  # (B, Hkv, g, D)
     return out.reshape(num_seqs, num_q_heads, head_size).to(q.dtype)
 
 
@@ -96,14 +105,14 @@ def paged_prefill_attention(
         q_len = q_end - q_start
         if q_len == 0:
             continue
-        k = gather_kv(k_cache, block_tables[b : b + 1], ctx)[0, :ctx]
-        v = gather_kv(v_cache, block_tables[b : b + 1], ctx)[0, :ctx]
+        k = gather_kv(k_cache, block_tables[b : b + 1], ctx)[:, :, :ctx]  # (1, Hkv, ctx, D)
+        v = gather_kv(v_cache, block_tables[b : b + 1], ctx)[:, :, :ctx]
         q_pos = torch.arange(ctx - q_len, ctx, device=q.device)
         allowed = torch.arange(ctx, device=q.device)[None, :] <= q_pos[:, None]  # (q_len, ctx)
         attn = F.scaled_dot_product_attention(
             q[q_start:q_end].to(compute_dtype).transpose(0, 1)[None],
-            k.to(compute_dtype).transpose(0, 1)[None],
-            v.to(compute_dtype).transpose(0, 1)[None],
+            k.to(compute_dtype),
+            v.to(compute_dtype),
             attn_mask=allowed,
             scale=scale,
             enable_gqa=True,

@@ -38,10 +38,10 @@ def check_device(kernel: object, *tensors: torch.Tensor) -> None:
 
 
 def check_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-    """Both caches ``(num_blocks, block_size, num_kv_heads, head_size)``, contiguous, one dtype."""
+    """Both caches ``(num_blocks, num_kv_heads, block_size, head_size)``, contiguous, one dtype."""
     if k_cache.dim() != 4:
         raise ValueError(
-            "k_cache must be (num_blocks, block_size, num_kv_heads, head_size), "
+            "k_cache must be (num_blocks, num_kv_heads, block_size, head_size), "
             f"got shape {tuple(k_cache.shape)}"
         )
     if v_cache.shape != k_cache.shape:
@@ -63,7 +63,7 @@ def check_query(q: torch.Tensor, k_cache: torch.Tensor) -> None:
     """``q`` ``(rows, num_q_heads, head_size)`` in the cache dtype, unit stride on ``head_size``."""
     if q.dim() != 3:
         raise ValueError(f"q must be (tokens, num_q_heads, head_size), got {tuple(q.shape)}")
-    num_kv_heads, head_size = k_cache.shape[2], k_cache.shape[3]
+    num_kv_heads, head_size = k_cache.shape[1], k_cache.shape[3]
     if q.shape[2] != head_size:
         raise ValueError(f"q head_size {q.shape[2]} != cache head_size {head_size}")
     if q.shape[1] % num_kv_heads:

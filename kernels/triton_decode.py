@@ -221,7 +221,7 @@ def paged_decode_attention(
     check_kv_cache(k_cache, v_cache)
     check_query(q, k_cache)
     num_seqs, num_q_heads, head_size = q.shape
-    _, page_size, num_kv_heads, _ = k_cache.shape
+    _, num_kv_heads, page_size, _ = k_cache.shape
     check_index(block_tables, "block_tables", num_seqs, ndim=2)
     check_index(seq_lens, "seq_lens", num_seqs)
     out = output_for(q, out)
@@ -258,8 +258,8 @@ def paged_decode_attention(
         out.stride(0),
         out.stride(1),
         k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
+        k_cache.stride(2),  # token within a block
+        k_cache.stride(1),  # KV head
         block_tables.stride(0),
         split_len,
         num_splits,

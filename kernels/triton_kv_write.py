@@ -27,6 +27,7 @@ def _write_kv_kernel(
     stride_v_head,
     NUM_KV_HEADS: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
@@ -40,7 +41,14 @@ def _write_kv_kernel(
     mask = (offs_h[:, None] < NUM_KV_HEADS) & (offs_d[None, :] < HEAD_SIZE)
     src_k = tok * stride_k_tok + offs_h[:, None] * stride_k_head + offs_d[None, :]
     src_v = tok * stride_v_tok + offs_h[:, None] * stride_v_head + offs_d[None, :]
-    dst = slot * (NUM_KV_HEADS * HEAD_SIZE) + offs_h[:, None] * HEAD_SIZE + offs_d[None, :]
+    # Head-major pages (num_blocks, Hkv, PAGE_SIZE, D): each head's row lands in its own tile.
+    page = slot // PAGE_SIZE
+    dst = (
+        page * (NUM_KV_HEADS * PAGE_SIZE * HEAD_SIZE)
+        + offs_h[:, None] * (PAGE_SIZE * HEAD_SIZE)
+        + (slot % PAGE_SIZE) * HEAD_SIZE
+        + offs_d[None, :]
+    )
     k = tl.load(key_ptr + src_k, mask=mask)
     v = tl.load(value_ptr + src_v, mask=mask)
     tl.store(k_cache_ptr + dst, k, mask=mask)
@@ -63,7 +71,7 @@ def write_kv(
     reference rejects them).
     """
     check_kv_cache(k_cache, v_cache)
-    _, _, num_kv_heads, head_size = k_cache.shape
+    _, num_kv_heads, page_size, head_size = k_cache.shape
     for name, t in (("key", key), ("value", value)):
         if t.dim() != 3 or t.shape[1:] != (num_kv_heads, head_size):
             raise ValueError(
@@ -94,6 +102,7 @@ def write_kv(
         value.stride(1),
         NUM_KV_HEADS=num_kv_heads,
         HEAD_SIZE=head_size,
+        PAGE_SIZE=page_size,
         BLOCK_H=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=triton.next_power_of_2(head_size),
         # 4 warps x 32 lanes x 8 elements = 1024 = one Llama-8B token row (8 heads x 128) in

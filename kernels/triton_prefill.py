@@ -143,7 +143,7 @@ def paged_prefill_attention(
     check_kv_cache(k_cache, v_cache)
     check_query(q, k_cache)
     num_tokens, num_q_heads, head_size = q.shape
-    _, page_size, num_kv_heads, _ = k_cache.shape
+    _, num_kv_heads, page_size, _ = k_cache.shape
     if seq_lens.dim() != 1:
         raise ValueError(f"seq_lens must be 1-D (num_seqs,), got {tuple(seq_lens.shape)}")
     num_seqs = seq_lens.shape[0]
@@ -178,8 +178,8 @@ def paged_prefill_attention(
         out.stride(0),
         out.stride(1),
         k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
+        k_cache.stride(2),  # token within a block
+        k_cache.stride(1),  # KV head
         block_tables.stride(0),
         GROUP=num_q_heads // num_kv_heads,
         HEAD_SIZE=head_size,

@@ -76,7 +76,7 @@ def gathered_bhld(cache: torch.Tensor, block_tables: torch.Tensor, ctx: int) -> 
     """The padded contiguous ``(B, H, L, D)`` layout SDPA wants, gathered from the paged cache."""
     from kernels.reference import gather_kv
 
-    return gather_kv(cache, block_tables, ctx)[:, :ctx].transpose(1, 2).contiguous()
+    return gather_kv(cache, block_tables, ctx)[:, :, :ctx].contiguous()
 
 
 def time_sdpa(
@@ -125,7 +125,7 @@ def run_config(
     cuda = device.type == "cuda"
     blocks_per_seq = -(-ctx // BLOCK_SIZE)
     num_blocks = batch * blocks_per_seq
-    shape = (num_blocks, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE)
+    shape = (num_blocks, NUM_KV_HEADS, BLOCK_SIZE, HEAD_SIZE)
     k_cache = torch.randn(shape, dtype=dtype, device=device)
     v_cache = torch.randn(shape, dtype=dtype, device=device)
     # Pages scattered over the cache, as after a while of serving.

@@ -32,7 +32,7 @@ class PagedKV:
 
     def slots(self, seq: int, start: int, end: int) -> torch.Tensor:
         """Cache slots of positions ``[start, end)`` of sequence ``seq`` (int64)."""
-        block_size = self.k_cache.shape[1]
+        block_size = self.k_cache.shape[2]
         pos = torch.arange(start, end)
         return self.block_tables[seq, pos // block_size].long() * block_size + pos % block_size
 
@@ -55,19 +55,22 @@ def make_paged_kv(
     for b, n in enumerate(blocks_per_seq):
         tables[b, :n] = perm[used : used + n]
         used += n
-    shape = (num_blocks, block_size, num_kv_heads, head_size)
+    shape = (num_blocks, num_kv_heads, block_size, head_size)
     kv = PagedKV(
         k_cache=torch.full(shape, POISON, dtype=dtype),
         v_cache=torch.full(shape, POISON, dtype=dtype),
         block_tables=tables,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
     )
-    flat_k = kv.k_cache.view(-1, num_kv_heads, head_size)
-    flat_v = kv.v_cache.view(-1, num_kv_heads, head_size)
     for b, n in enumerate(fill_to if fill_to is not None else seq_lens):
         slots = kv.slots(b, 0, n)
-        flat_k[slots] = torch.randn(n, num_kv_heads, head_size, generator=gen).to(dtype)
-        flat_v[slots] = torch.randn(n, num_kv_heads, head_size, generator=gen).to(dtype)
+        blocks, offsets = slots // block_size, slots % block_size
+        kv.k_cache[blocks, :, offsets] = torch.randn(n, num_kv_heads, head_size, generator=gen).to(
+            dtype
+        )
+        kv.v_cache[blocks, :, offsets] = torch.randn(n, num_kv_heads, head_size, generator=gen).to(
+            dtype
+        )
     return kv
 
 

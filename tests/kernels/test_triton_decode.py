@@ -94,8 +94,8 @@ def test_split_heuristic() -> None:
 def _decode_args() -> dict[str, object]:
     return {
         "q": torch.zeros(2, 4, 64),
-        "k_cache": torch.zeros(3, 16, 2, 64),
-        "v_cache": torch.zeros(3, 16, 2, 64),
+        "k_cache": torch.zeros(3, 2, 16, 64),
+        "v_cache": torch.zeros(3, 2, 16, 64),
         "block_tables": torch.zeros(2, 3, dtype=torch.int32),
         "seq_lens": torch.ones(2, dtype=torch.int32),
         "scale": 0.125,
@@ -109,7 +109,7 @@ def _decode_args() -> dict[str, object]:
         ({"q": torch.zeros(2, 3, 64)}, "num_q_heads 3 is not a multiple of num_kv_heads 2"),
         ({"q": torch.zeros(2, 4, 32)}, "q head_size 32 != cache head_size 64"),
         ({"q": torch.zeros(8, 64)}, r"q must be \(tokens, num_q_heads, head_size\)"),
-        ({"k_cache": torch.zeros(3, 16, 2, 64, dtype=torch.float64)}, "share one dtype"),
+        ({"k_cache": torch.zeros(3, 2, 16, 64, dtype=torch.float64)}, "share one dtype"),
         ({"v_cache": torch.zeros(3, 8, 2, 64)}, "v_cache shape"),
         ({"block_tables": torch.zeros(3, 3, dtype=torch.int32)}, "block_tables must be 2-D with 2"),
         ({"seq_lens": torch.ones(2)}, "seq_lens must be int32 or int64"),

@@ -29,7 +29,7 @@ def test_write_kv_matches_reference(
 ) -> None:
     gen = torch.Generator().manual_seed(0)
     num_blocks, num_tokens = 7, 19
-    shape = (num_blocks, block_size, num_kv_heads, head_size)
+    shape = (num_blocks, num_kv_heads, block_size, head_size)
     # Scattered, unique slots; the rest of the (NaN) cache must stay untouched.
     slots = torch.randperm(num_blocks * block_size, generator=gen)[:num_tokens]
     key = torch.randn(num_tokens, num_kv_heads, head_size, generator=gen).to(dtype)
@@ -49,7 +49,7 @@ def test_write_kv_strided_views_and_cast() -> None:
     fused = torch.randn(num_tokens, 4 * num_kv_heads, head_size, generator=gen)
     key, value = fused[:, 1 : 1 + num_kv_heads], fused[:, 5 : 5 + num_kv_heads]
     assert not key.is_contiguous()
-    shape = (3, block_size, num_kv_heads, head_size)
+    shape = (3, num_kv_heads, block_size, head_size)
     slots = torch.tensor([23, 0, 9, 8, 17])
     k_ref, v_ref = _poisoned_caches(shape, torch.bfloat16)
     k_out, v_out = _poisoned_caches(shape, torch.bfloat16)
@@ -60,7 +60,7 @@ def test_write_kv_strided_views_and_cast() -> None:
 
 
 def test_write_kv_skips_negative_slots() -> None:
-    k_cache, v_cache = torch.zeros(2, 4, 1, 64), torch.zeros(2, 4, 1, 64)
+    k_cache, v_cache = torch.zeros(2, 1, 4, 64), torch.zeros(2, 1, 4, 64)
     key = torch.ones(3, 1, 64)
     write_kv(key, 2 * key, k_cache, v_cache, torch.tensor([5, -1, 2]))
     assert k_cache.view(8, 64).sum(1).tolist() == [0, 0, 64, 0, 0, 64, 0, 0]
@@ -68,7 +68,7 @@ def test_write_kv_skips_negative_slots() -> None:
 
 
 def test_write_kv_no_tokens() -> None:
-    cache = torch.zeros(2, 4, 1, 64)
+    cache = torch.zeros(2, 1, 4, 64)
     empty = torch.zeros(0, 1, 64)
     write_kv(empty, empty, cache, cache.clone(), torch.zeros(0, dtype=torch.int64))
     assert not cache.any()
@@ -101,7 +101,7 @@ def test_write_kv_rejects_bad_arguments(change: dict[str, torch.Tensor], message
 
 def test_write_kv_needs_cuda_or_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("kernels.triton_common.is_interpreted", lambda kernel: False)
-    cache = torch.zeros(2, 4, 1, 64)
+    cache = torch.zeros(2, 1, 4, 64)
     key = torch.zeros(1, 1, 64)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         write_kv(key, key, cache, cache.clone(), torch.zeros(1, dtype=torch.int64))

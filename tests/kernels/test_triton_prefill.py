@@ -70,8 +70,8 @@ def test_prefill_max_query_len_from_device() -> None:
 def test_prefill_rejects_bad_arguments(change: dict[str, object], message: str) -> None:
     args: dict[str, object] = {
         "q": torch.zeros(5, 4, 64),
-        "k_cache": torch.zeros(3, 16, 2, 64),
-        "v_cache": torch.zeros(3, 16, 2, 64),
+        "k_cache": torch.zeros(3, 2, 16, 64),
+        "v_cache": torch.zeros(3, 2, 16, 64),
         "block_tables": torch.zeros(2, 3, dtype=torch.int32),
         "seq_lens": torch.ones(2, dtype=torch.int32),
         "query_start_loc": torch.tensor([0, 2, 5], dtype=torch.int32),

@@ -23,6 +23,7 @@ class AttentionMetadata:
     num_decodes: int  # leading sequences with query length 1
     max_seq_len: int  # max of seq_lens, on the host (no device sync to size grids)
     max_query_len: int  # max query length, on the host
+    seq_lens_host: tuple[int, ...] = ()  # seq_lens on the host, where the runner has them
 
     @property
     def num_seqs(self) -> int:
@@ -44,4 +45,5 @@ class AttentionMetadata:
             num_decodes=0,
             max_seq_len=self.max_seq_len,
             max_query_len=self.max_query_len,
+            seq_lens_host=self.seq_lens_host[d:],
         )

@@ -69,7 +69,7 @@ class ModelRunner:
         mc = model.config
         dtype = model.embed_tokens.weight.dtype
         self.num_blocks = num_kv_blocks(config.cache, mc, dtype, device)
-        shape = (self.num_blocks, self.block_size, mc.num_kv_heads, mc.head_size)
+        shape = (self.num_blocks, mc.num_kv_heads, self.block_size, mc.head_size)
         # Zero-filled, not empty: padding slots of a partly filled block are read (and masked) by
         # the batched decode gather, and uninitialised memory may hold NaN, which masking keeps.
         self.kv_caches = [
@@ -114,6 +114,7 @@ class ModelRunner:
             num_decodes=output.num_decodes,
             max_seq_len=max(seq_lens),
             max_query_len=max(s.num_scheduled_tokens for s in output.scheduled),
+            seq_lens_host=tuple(seq_lens),
         )
         ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
         pos = torch.tensor(positions, dtype=torch.int64, device=dev)
