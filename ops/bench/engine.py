@@ -57,7 +57,9 @@ from worker.engine.config import (
 from worker.models.config import ModelConfig
 from worker.models.loader import load_tokenizer, resolve_model_dir
 
-SYSTEMS = ("ours", "hf-static", "hf-cb", "hf-seq")
+# ours-bf16: our engine with bf16 weights and KV (AVX512-BF16 CPUs run bf16 GEMMs at ~2x fp32).
+SYSTEMS = ("ours", "ours-bf16", "hf-static", "hf-cb", "hf-seq")
+OUR_DTYPES = {"ours": "float32", "ours-bf16": "bfloat16"}
 DEFAULT_SYSTEMS = "ours,hf-static,hf-cb"
 MATMUL_N = 2048
 PARITY_REQUESTS = 8
@@ -202,9 +204,9 @@ def useful_flops(mc: ModelConfig, workload: Sequence[BenchRequest]) -> dict[str,
     }
 
 
-def matmul_gflops(n: int = MATMUL_N, reps: int = 5) -> float:
-    """fp32 ``n^3`` matmul, median of ``reps`` after one warm-up: the CPU's practical ceiling."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_gflops(n: int = MATMUL_N, reps: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """``n^3`` matmul, median of ``reps`` after one warm-up: the CPU's practical ceiling."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     torch.matmul(a, b)
     times = []
     for _ in range(reps):
@@ -222,7 +224,7 @@ def warmup_prompt(token_ids: Sequence[int]) -> list[int]:
 
 
 def run_ours(
-    args: argparse.Namespace, workload: Sequence[BenchRequest], warm: list[int]
+    args: argparse.Namespace, workload: Sequence[BenchRequest], warm: list[int], name: str = "ours"
 ) -> SystemResult:
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.sampling_params import SamplingParams
@@ -231,7 +233,7 @@ def run_ours(
         EngineConfig(
             model=str(args.model_dir),
             device="cpu",
-            dtype="float32",
+            dtype=OUR_DTYPES[name],  # type: ignore[arg-type]
             num_threads=args.threads,
             cache=CacheConfig(memory_bytes=args.kv_cache_bytes),
             scheduler=SchedulerConfig(
@@ -272,7 +274,7 @@ def run_ours(
         "preemptions": engine.scheduler.num_preemptions - preemptions_before,
         "kv_cache_tokens": engine.runner.num_blocks * engine.config.cache.block_size,
     }
-    return SystemResult("ours", wall, outputs, extra)
+    return SystemResult(name, wall, outputs, extra)
 
 
 def load_hf(model_dir: Path) -> Any:
@@ -472,7 +474,9 @@ def print_table(report: dict[str, Any]) -> None:
     t, env = report["workload"], report["environment"]
     print(
         f"\n{env['cpu_model']}  torch {env['torch']}  {env['threads']} threads  "
-        f"fp32 matmul {report['matmul_gflop_s']:.1f} GFLOP/s  load avg {env['loadavg_start']}"
+        f"fp32 matmul {report['matmul_gflop_s']:.1f} GFLOP/s  "
+        f"bf16 matmul {report.get('matmul_bf16_gflop_s', 0.0):.1f} GFLOP/s  "
+        f"load avg {env['loadavg_start']}"
     )
     print(
         f"{t['num_requests']} requests {t['requests_per_class']}: {t['prompt_tokens']} prompt + "
@@ -596,8 +600,9 @@ def run_systems(
     hf_model: Any = None
     for name in args.systems:
         print(f"running {name} ...", flush=True)
-        if name == "ours":
-            results[name] = in_worker_thread(lambda: run_ours(args, workload, warm))
+        if name in OUR_DTYPES:
+            run = functools.partial(run_ours, args, workload, warm, name)
+            results[name] = in_worker_thread(run)
         else:
             hf_model = hf_model if hf_model is not None else load_hf(args.model_dir)
             run = functools.partial(HF_RUNNERS[name], args, hf_model, workload, warm)
@@ -624,9 +629,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     env = environment(args.threads)
     ceiling = matmul_gflops()
+    # bf16 systems are held against the bf16 ceiling, fp32 ones against fp32's.
+    ceiling_bf16 = matmul_gflops(dtype=torch.bfloat16) if "ours-bf16" in args.systems else 0.0
     flops = useful_flops(mc, workload)
     results = run_systems(args, workload, warmup_prompt(token_ids))
-    systems = {name: summarize(r, totals, flops, ceiling) for name, r in results.items()}
+    systems = {
+        name: summarize(r, totals, flops, ceiling_bf16 if name == "ours-bf16" else ceiling)
+        for name, r in results.items()
+    }
     if "ours" in systems:
         for s in systems.values():
             s["ours_speedup"] = systems["ours"]["output_tok_s"] / s["output_tok_s"]
@@ -642,6 +652,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "workload": totals,
         "classes": [asdict(c) for c in CLASSES],
         "matmul_gflop_s": ceiling,
+        "matmul_bf16_gflop_s": ceiling_bf16,
         "useful_gflop": flops["total"] / 1e9,
         "flops": flops,
         "non_embedding_params": non_embedding_params(mc),

@@ -29,6 +29,29 @@ class AttentionBackend(ABC):
         """Scatter ``key``/``value`` ``(num_tokens, Hkv, D)`` to ``meta.slot_mapping``."""
 
     @abstractmethod
+    def decode(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        """Attention of the first ``meta.num_decodes`` sequences (one query each) into ``out``."""
+
+    @abstractmethod
+    def prefill(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        """Varlen causal attention of prefill chunks (``meta`` is a `prefill_part`) into ``out``."""
+
     def attend(
         self,
         q: torch.Tensor,
@@ -38,6 +61,13 @@ class AttentionBackend(ABC):
         scale: float,
     ) -> torch.Tensor:
         """Attention output ``(num_tokens, Hq, D)`` for the packed queries ``q``."""
+        d = meta.num_decodes
+        out = torch.empty_like(q)
+        if d:
+            self.decode(q[:d], k_cache, v_cache, meta, scale, out[:d])
+        if d < meta.num_seqs:
+            self.prefill(q[d:], k_cache, v_cache, meta.prefill_part(), scale, out[d:])
+        return out
 
     def forward(
         self,

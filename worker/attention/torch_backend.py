@@ -15,7 +15,7 @@ DECODE_CHUNK = 16
 
 
 class TorchAttentionBackend(AttentionBackend):
-    """Decodes as one batched gather + matmul; prefill chunks as one SDPA call each."""
+    """Decodes as chunked batched gathers + matmuls; prefill chunks as one SDPA call each."""
 
     name = "torch"
 
@@ -29,37 +29,18 @@ class TorchAttentionBackend(AttentionBackend):
     ) -> None:
         reference.write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
 
-    def attend(
+    def decode(
         self,
         q: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
-    ) -> torch.Tensor:
-        d = meta.num_decodes
-        out = torch.empty_like(q)
-        if d:
-            out[:d] = self._decode(q[:d], k_cache, v_cache, meta, scale)
-        if d < meta.num_seqs:
-            pre = meta.prefill_part()
-            out[d:] = reference.paged_prefill_attention(
-                q[d:], k_cache, v_cache, pre.block_tables, pre.seq_lens, pre.query_start_loc, scale
-            )
-        return out
-
-    def _decode(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:
-        """Decodes in chunks of `DECODE_CHUNK` sequences, each padded to its own longest."""
+        out: torch.Tensor,
+    ) -> None:
+        """In chunks of `DECODE_CHUNK` sequences, each padded to its own longest."""
         num = q.shape[0]
         lens = meta.seq_lens_host[:num] or tuple(meta.seq_lens[:num].tolist())
-        out = torch.empty_like(q)
         for start in range(0, num, DECODE_CHUNK):
             end = min(num, start + DECODE_CHUNK)
             out[start:end] = reference.paged_decode_attention(
@@ -71,4 +52,16 @@ class TorchAttentionBackend(AttentionBackend):
                 scale,
                 max(lens[start:end]),
             )
-        return out
+
+    def prefill(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        out[:] = reference.paged_prefill_attention(
+            q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale
+        )

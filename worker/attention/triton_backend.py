@@ -30,40 +30,46 @@ class TritonAttentionBackend(AttentionBackend):
     ) -> None:
         write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
 
-    def attend(
+    def decode(
         self,
         q: torch.Tensor,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
         scale: float,
-    ) -> torch.Tensor:
-        d = meta.num_decodes
-        out = torch.empty_like(q)
+        out: torch.Tensor,
+    ) -> None:
+        d = q.shape[0]
         # meta.max_seq_len bounds the decodes' lengths too: an upper bound only sizes the grid,
         # so no device sync is needed to find the decodes' own max.
-        if d:
-            paged_decode_attention(
-                q[:d],
-                k_cache,
-                v_cache,
-                meta.block_tables[:d],
-                meta.seq_lens[:d],
-                scale,
-                meta.max_seq_len,
-                out=out[:d],
-            )
-        if d < meta.num_seqs:
-            pre = meta.prefill_part()
-            paged_prefill_attention(
-                q[d:],
-                k_cache,
-                v_cache,
-                pre.block_tables,
-                pre.seq_lens,
-                pre.query_start_loc,
-                scale,
-                pre.max_query_len,
-                out=out[d:],
-            )
-        return out
+        paged_decode_attention(
+            q,
+            k_cache,
+            v_cache,
+            meta.block_tables[:d],
+            meta.seq_lens[:d],
+            scale,
+            meta.max_seq_len,
+            out=out,
+        )
+
+    def prefill(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+        out: torch.Tensor,
+    ) -> None:
+        paged_prefill_attention(
+            q,
+            k_cache,
+            v_cache,
+            meta.block_tables,
+            meta.seq_lens,
+            meta.query_start_loc,
+            scale,
+            meta.max_query_len,
+            out=out,
+        )
