@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 import torch
 
 # No GPU in CI: Triton kernels run under the interpreter. Set before anything imports triton.

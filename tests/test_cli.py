@@ -40,7 +40,8 @@ def test_missing_model_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
 
 @pytest.mark.slow
 def test_bundled_model_knows_the_capital_of_france(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["generate", "--chat", "--json", "--max-tokens", "12", "What is the capital of France?"])
+    question = "What is the capital of France?"
+    rc = main(["generate", "--chat", "--json", "--max-tokens", "12", question])
     assert rc == 0
     record = json.loads(capsys.readouterr().out.strip())
     assert "Paris" in record["text"]
