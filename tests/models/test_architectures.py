@@ -77,6 +77,7 @@ def test_packed_paged_forward_matches_transformers(tmp_path: Path, family: str) 
     )
     out = runner.run(SchedulerOutput(items, sum(len(p) for p in prompts), ()))
     # Then a decode step and a chunk over the cached prefix, mixed in one batch.
+    assert out.request_ids == ("s0", "s1", "s2")
     nxt = [int(t) for t in out.logits.argmax(-1)]
     step2 = (
         ScheduledSequence("s0", (nxt[0],), 1, tables[0], True),
@@ -84,11 +85,14 @@ def test_packed_paged_forward_matches_transformers(tmp_path: Path, family: str) 
         ScheduledSequence("s2", (nxt[2],), 23, tables[2], True),
     )
     out2 = runner.run(SchedulerOutput(step2, 3, ()))
+    assert out2.request_ids == ("s2", "s1", "s0")  # decodes packed longest first
+    # The runner may reorder rows (decodes longest first): map them back by request id.
+    row2 = {rid: i for i, rid in enumerate(out2.request_ids)}
     with torch.no_grad():
         for i, p in enumerate(prompts):
             ref = hf(torch.tensor([[*p, nxt[i]]])).logits[0]
             torch.testing.assert_close(out.logits[i], ref[-2], rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(out2.logits[i], ref[-1], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(out2.logits[row2[f"s{i}"]], ref[-1], rtol=1e-4, atol=1e-4)
 
 
 def test_config_reads_rope_from_both_transformers_layouts() -> None:

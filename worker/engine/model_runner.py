@@ -7,13 +7,14 @@ knows nothing of requests beyond what `SchedulerOutput` says.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from worker.attention import AttentionMetadata, get_attention_backend
 from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig
-from worker.engine.scheduler_output import SchedulerOutput
+from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.models.config import ModelConfig
 from worker.models.llama import LlamaForCausalLM, StepContext
 
@@ -80,8 +81,19 @@ class ModelRunner:
             for _ in range(mc.num_layers)
         ]
 
+    @staticmethod
+    def batch_order(output: SchedulerOutput) -> list[ScheduledSequence]:
+        """Decodes longest first, then prefill chunks: the order rows are packed in.
+
+        Decode attention pads each group of sequences to its longest; sorted neighbours waste
+        little where running order would pad a 20-token chat to a 2k-token document.
+        """
+        d = output.num_decodes
+        decodes = sorted(output.scheduled[:d], key=lambda s: -s.num_computed_tokens)
+        return decodes + list(output.scheduled[d:])
+
     def prepare(
-        self, output: SchedulerOutput
+        self, items: Sequence[ScheduledSequence]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
         """Packed ``input_ids``, ``positions``, attention metadata and logits row indices."""
         bs = self.block_size
@@ -91,9 +103,9 @@ class ModelRunner:
         seq_lens: list[int] = []
         query_start = [0]
         logits_rows: list[int] = []
-        max_blocks = max(len(s.block_ids) for s in output.scheduled)
+        max_blocks = max(len(s.block_ids) for s in items)
         tables = []
-        for item in output.scheduled:
+        for item in items:
             start = item.num_computed_tokens
             end = start + item.num_scheduled_tokens
             input_ids.extend(item.token_ids)
@@ -111,9 +123,9 @@ class ModelRunner:
             block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
             query_start_loc=torch.tensor(query_start, dtype=torch.int32, device=dev),
-            num_decodes=output.num_decodes,
+            num_decodes=sum(1 for s in items if s.is_decode),
             max_seq_len=max(seq_lens),
-            max_query_len=max(s.num_scheduled_tokens for s in output.scheduled),
+            max_query_len=max(s.num_scheduled_tokens for s in items),
             seq_lens_host=tuple(seq_lens),
         )
         ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
@@ -122,10 +134,11 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, output: SchedulerOutput) -> RunnerOutput:
-        ids, pos, meta, rows = self.prepare(output)
+        items = self.batch_order(output)
+        ids, pos, meta, rows = self.prepare(items)
         ctx = StepContext(meta=meta, backend=self.backend, kv_caches=self.kv_caches)
         hidden = self.model(ids, pos, ctx)
-        sampling_ids = tuple(s.request_id for s in output.scheduled if s.samples)
+        sampling_ids = tuple(s.request_id for s in items if s.samples)
         if not rows:
             return RunnerOutput(
                 sampling_ids, hidden.new_empty((0, self.model.config.vocab_size)).float()
