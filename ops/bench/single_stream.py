@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
+
+# Run as a script, this folder is sys.path[0] and its kernels.py would shadow the kernels package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 PROMPT = "Tell me a long story about a lift that never stops."
 
