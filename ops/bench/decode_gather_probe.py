@@ -1,0 +1,103 @@
+"""Probe: how long the torch backend's decode K/V gathers take inside a model step vs alone.
+
+    python ops/bench/decode_gather_probe.py [--batch 16] [--context 300]
+
+Runs decode steps of the bundled model through the `ModelRunner`, timing the decode attention and
+its `gather_kv` calls with host clocks (CPU work is synchronous), then times the same gathers over
+the same 30 layer caches with no model around them. On our 2-core machine the in-model gathers
+were 7-10x slower than alone, a hint that the gather's parallel region pays for following the
+GEMMs' OpenMP work (OMP_WAIT_POLICY=passive narrows the gap but slows the GEMMs more).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Run as a script, this folder is sys.path[0] and its kernels.py would shadow the kernels package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kernels import reference
+from worker.engine.config import CacheConfig, EngineConfig
+from worker.engine.model_runner import ModelRunner
+from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from worker.models.loader import load_model, resolve_model_dir
+
+
+def timed(fn: Callable[..., Any], acc: dict[str, float], key: str) -> Callable[..., Any]:
+    def wrapper(*args: Any) -> Any:
+        start = time.perf_counter()
+        result = fn(*args)
+        acc[key] += time.perf_counter() - start
+        return result
+
+    return wrapper
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--context", type=int, default=300)
+    p.add_argument("--steps", type=int, default=5)
+    args = p.parse_args(argv)
+    model = load_model(resolve_model_dir(None), torch.float32, torch.device("cpu"))
+    blocks_per_seq = -(-args.context // 16)
+    runner = ModelRunner(
+        EngineConfig(cache=CacheConfig(block_size=16, num_blocks=args.batch * blocks_per_seq)),
+        model,
+        torch.device("cpu"),
+    )
+    for k, v in runner.kv_caches:  # touched, like a cache that prefill filled
+        k.normal_()
+        v.normal_()
+    items = tuple(
+        ScheduledSequence(
+            f"s{i}",
+            (5,),
+            args.context - 1,
+            tuple(range(i * blocks_per_seq, (i + 1) * blocks_per_seq)),
+            True,
+        )
+        for i in range(args.batch)
+    )
+    step = SchedulerOutput(items, args.batch, ())
+    acc = {"decode": 0.0, "gather": 0.0}
+    gather = reference.gather_kv
+    runner.backend.decode = timed(runner.backend.decode, acc, "decode")  # type: ignore[method-assign]
+    reference.gather_kv = timed(gather, acc, "gather")
+    runner.run(step)
+    acc.update(decode=0.0, gather=0.0)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        runner.run(step)
+    step_ms = (time.perf_counter() - start) / args.steps * 1e3
+    reference.gather_kv = gather
+    _, _, meta, _ = runner.prepare(runner.batch_order(step))
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        for k, v in runner.kv_caches:
+            gather(k, meta.block_tables, args.context)
+            gather(v, meta.block_tables, args.context)
+    alone_ms = (time.perf_counter() - start) / args.steps * 1e3
+    result = {
+        "step_ms": step_ms,
+        "decode_attention_ms": acc["decode"] / args.steps * 1e3,
+        "gathers_in_model_ms": acc["gather"] / args.steps * 1e3,
+        "gathers_alone_ms": alone_ms,
+    }
+    print(
+        f"batch {args.batch} x context {args.context}, {torch.get_num_threads()} threads: "
+        f"step {step_ms:.0f} ms, decode attention {result['decode_attention_ms']:.0f} ms, "
+        f"its gathers {result['gathers_in_model_ms']:.0f} ms; same gathers alone {alone_ms:.0f} ms"
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()
