@@ -5,11 +5,11 @@ Layout shared by every kernel in this package (the Triton ones must match it exa
 - KV cache, one per layer and per K/V: ``(num_blocks, num_kv_heads, block_size, head_size)``,
   contiguous. Token slot ``s`` lives in block ``s // block_size`` at offset ``s % block_size``.
   Head-major inside a block, so one head's ``block_size x head_size`` tile is contiguous: a GPU
-  kernel loads it as one run, and on CPU one ``index_select`` over ``(block, head)`` rows yields
-  ``(seq, head, token, dim)`` ready for batched matmuls. The token-major layout
-  ``(num_blocks, block_size, Hkv, D)`` made CPU decode 2.4x slower (24 vs 10 ms per layer for 64
-  sequences of 600 tokens, SmolLM2 shapes, one core): its per-head slices are strided, so every
-  matmul copied them first.
+  kernel loads it as one run, and on CPU a gather of whole blocks permutes into
+  ``(seq, head, token, dim)`` for batched matmuls with one copy of contiguous tiles. The
+  token-major layout ``(num_blocks, block_size, Hkv, D)`` made CPU decode 2.4x slower (24 vs
+  10 ms per layer for 64 sequences of 600 tokens, SmolLM2 shapes, one core): its per-head slices
+  are strided, so every matmul copied them first.
 - ``slot_mapping``: ``(num_tokens,)`` int64, the slot each new token's K/V is written to.
 - ``block_tables``: ``(num_seqs, max_blocks_per_seq)`` int32; row ``b`` lists sequence ``b``'s
   blocks
@@ -46,15 +46,52 @@ def write_kv(
     v_cache[blocks, :, offsets] = value.to(v_cache.dtype)
 
 
-def gather_kv(cache: torch.Tensor, block_tables: torch.Tensor, max_seq_len: int) -> torch.Tensor:
-    """Gather each sequence's cache into a padded ``(num_seqs, num_kv_heads, L, head_size)``."""
-    num_blocks, num_kv_heads, block_size, head_size = cache.shape
+def gather_kv(
+    cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    max_seq_len: int,
+    out: torch.Tensor | None = None,
+    scratch: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Gather each sequence's cache into a padded ``(num_seqs, num_kv_heads, L, head_size)``.
+
+    ``out`` and ``scratch`` (``(num_seqs * num_blocks_per_seq, Hkv, block_size, D)``) let a
+    caller reuse buffers: a fresh multi-MB allocation per call faults its pages in every time,
+    which made the in-model gathers 2-4x slower and their timing bimodal
+    (ops/bench/decode_gather_probe.py: 36-112 ms per step fresh, 24-27 ms reused).
+    """
+    _, num_kv_heads, block_size, head_size = cache.shape
+    num_seqs = block_tables.shape[0]
     num_seq_blocks = -(-max_seq_len // block_size)
-    blocks = block_tables[:, :num_seq_blocks].long()  # (B, nblk)
-    heads = torch.arange(num_kv_heads, device=cache.device)
-    rows = (blocks[:, None, :] * num_kv_heads + heads[None, :, None]).reshape(-1)  # (B, Hkv, nblk)
-    gathered = cache.view(num_blocks * num_kv_heads, block_size * head_size).index_select(0, rows)
-    return gathered.view(blocks.shape[0], num_kv_heads, num_seq_blocks * block_size, head_size)
+    blocks = block_tables[:, :num_seq_blocks].reshape(-1).long()
+    # Whole blocks in one index_select, then one permuting copy of contiguous head tiles.
+    raw = torch.index_select(cache, 0, blocks, out=scratch) if scratch is not None else None
+    raw = raw if raw is not None else cache.index_select(0, blocks)
+    tiles = raw.view(num_seqs, num_seq_blocks, num_kv_heads, block_size, head_size)
+    tiles = tiles.permute(0, 2, 1, 3, 4)
+    shape = (num_seqs, num_kv_heads, num_seq_blocks * block_size, head_size)
+    if out is None:
+        return tiles.reshape(shape)
+    out.view(num_seqs, num_kv_heads, num_seq_blocks, block_size, head_size).copy_(tiles)
+    return out.view(shape)
+
+
+def attend_gathered(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_lens: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Decode attention over gathered ``k``/``v`` ``(B, Hkv, L, D)``; ``q`` is ``(B, Hq, D)``."""
+    num_seqs, num_q_heads, head_size = q.shape
+    num_kv_heads, ctx = k.shape[1], k.shape[2]
+    compute_dtype = torch.float32 if q.dtype != torch.float64 else torch.float64
+    k, v = k.to(compute_dtype), v.to(compute_dtype)
+    # (B, Hkv, g, D) @ (B, Hkv, D, L) -> (B, Hkv, g, L): each KV head is read once per group.
+    qg = q.to(compute_dtype).view(num_seqs, num_kv_heads, num_q_heads // num_kv_heads, head_size)
+    scores = torch.matmul(qg, k.transpose(2, 3)) * scale
+    pad = torch.arange(ctx, device=q.device)[None, :] >= seq_lens[:, None].to(q.device)
+    scores.masked_fill_(pad[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs, v)  # (B, Hkv, g, D)
+    return out.reshape(num_seqs, num_q_heads, head_size).to(q.dtype)
 
 
 def paged_decode_attention(
@@ -67,23 +104,11 @@ def paged_decode_attention(
     max_seq_len: int | None = None,
 ) -> torch.Tensor:
     """One query token per sequence: ``q`` is ``(num_seqs, num_q_heads, head_size)``."""
-    num_seqs, num_q_heads, head_size = q.shape
-    num_kv_heads = k_cache.shape[1]
-    group = num_q_heads // num_kv_heads
     if max_seq_len is None:
         max_seq_len = int(seq_lens.max().item())
-    compute_dtype = torch.float32 if q.dtype != torch.float64 else torch.float64
-    k = gather_kv(k_cache, block_tables, max_seq_len).to(compute_dtype)  # (B, Hkv, L, D)
-    v = gather_kv(v_cache, block_tables, max_seq_len).to(compute_dtype)
-    ctx = k.shape[2]
-    # (B, Hkv, g, D) @ (B, Hkv, D, L) -> (B, Hkv, g, L): each KV head is read once per group.
-    qg = q.to(compute_dtype).view(num_seqs, num_kv_heads, group, head_size)
-    scores = torch.matmul(qg, k.transpose(2, 3)) * scale
-    pad = torch.arange(ctx, device=q.device)[None, :] >= seq_lens[:, None].to(q.device)
-    scores.masked_fill_(pad[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs, v)  # (B, Hkv, g, D)
-    return out.reshape(num_seqs, num_q_heads, head_size).to(q.dtype)
+    k = gather_kv(k_cache, block_tables, max_seq_len)
+    v = gather_kv(v_cache, block_tables, max_seq_len)
+    return attend_gathered(q, k, v, seq_lens, scale)
 
 
 def paged_prefill_attention(

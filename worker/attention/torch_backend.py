@@ -19,6 +19,10 @@ class TorchAttentionBackend(AttentionBackend):
 
     name = "torch"
 
+    def __init__(self) -> None:
+        # Gather workspaces reused across layers and steps (see `reference.gather_kv`).
+        self._buffers: dict[str, torch.Tensor] = {}
+
     def write_kv(
         self,
         key: torch.Tensor,
@@ -41,17 +45,40 @@ class TorchAttentionBackend(AttentionBackend):
         """In chunks of `DECODE_CHUNK` sequences, each padded to its own longest."""
         num = q.shape[0]
         lens = meta.seq_lens_host[:num] or tuple(meta.seq_lens[:num].tolist())
+        _, num_kv_heads, block_size, head_size = k_cache.shape
         for start in range(0, num, DECODE_CHUNK):
             end = min(num, start + DECODE_CHUNK)
-            out[start:end] = reference.paged_decode_attention(
-                q[start:end],
-                k_cache,
-                v_cache,
-                meta.block_tables[start:end],
-                meta.seq_lens[start:end],
-                scale,
-                max(lens[start:end]),
+            max_len = max(lens[start:end])
+            num_blocks = -(-max_len // block_size)
+            tile = (num_kv_heads, block_size, head_size)
+            shape = (end - start, num_kv_heads, num_blocks * block_size, head_size)
+            scratch = self._buffer("scratch", ((end - start) * num_blocks, *tile), k_cache)
+            tables = meta.block_tables[start:end]
+            k = reference.gather_kv(
+                k_cache, tables, max_len, self._buffer("k", shape, k_cache), scratch
             )
+            v = reference.gather_kv(
+                v_cache, tables, max_len, self._buffer("v", shape, k_cache), scratch
+            )
+            out[start:end] = reference.attend_gathered(
+                q[start:end], k, v, meta.seq_lens[start:end], scale
+            )
+
+    def _buffer(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """A reused workspace view of ``shape``: grows, never shrinks, per name."""
+        numel = 1
+        for size in shape:
+            numel *= size
+        buf = self._buffers.get(name)
+        if (
+            buf is None
+            or buf.numel() < numel
+            or buf.dtype != like.dtype
+            or buf.device != like.device
+        ):
+            buf = torch.empty(numel, dtype=like.dtype, device=like.device)
+            self._buffers[name] = buf
+        return buf[:numel].view(shape)
 
     def prefill(
         self,
