@@ -10,6 +10,7 @@ import functools
 
 import torch
 import triton
+import triton.language as tl
 from triton.runtime.jit import JITFunction
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -135,3 +136,36 @@ def num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return 4
     return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+@triton.jit
+def load_kv_tile(
+    k_cache_ptr,
+    v_cache_ptr,
+    table,
+    pos,
+    n_mask,
+    d_mask,
+    offs_d,
+    kv_head,
+    stride_c_page,
+    stride_c_tok,
+    stride_c_head,
+    PAGE_SIZE: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    """K and V ``(N, D)`` of one KV head at positions ``pos``, and the cache dtype.
+
+    A per-token page lookup, so a tile may span pages of any size (4..32 tokens tested). Shared by
+    the decode and prefill kernels so both read the paged layout the same way.
+    """
+    page = tl.load(table + pos // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
+    kv_offs = page * stride_c_page + (pos % PAGE_SIZE) * stride_c_tok + kv_head * stride_c_head
+    kv_mask = n_mask[:, None] & d_mask[None, :]
+    k = tl.load(k_cache_ptr + kv_offs[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(v_cache_ptr + kv_offs[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+    cache_dtype = v.dtype
+    if DOT_FP32:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return k, v, cache_dtype

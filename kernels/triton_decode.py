@@ -31,6 +31,7 @@ from kernels.triton_common import (
     check_query,
     dot_flags,
     head_block,
+    load_kv_tile,
     num_sms,
     num_stages,
     output_for,
@@ -106,16 +107,21 @@ def _paged_decode_kernel(
     for tile in range(start, end, BLOCK_N):
         pos = tile + offs_n
         n_mask = pos < end
-        # Per-token page lookup, so a tile may span pages of any size (4..32 tokens tested).
-        page = tl.load(table + pos // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
-        kv_offs = page * stride_c_page + (pos % PAGE_SIZE) * stride_c_tok + kv_head * stride_c_head
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_offs[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + kv_offs[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        p_dtype = v.dtype
-        if DOT_FP32:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k, v, p_dtype = load_kv_tile(
+            k_cache_ptr,
+            v_cache_ptr,
+            table,
+            pos,
+            n_mask,
+            d_mask,
+            offs_d,
+            kv_head,
+            stride_c_page,
+            stride_c_tok,
+            stride_c_head,
+            PAGE_SIZE,
+            DOT_FP32,
+        )
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # (G, N)
         s = tl.where(n_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))

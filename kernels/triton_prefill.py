@@ -24,6 +24,7 @@ from kernels.triton_common import (
     check_query,
     dot_flags,
     head_block,
+    load_kv_tile,
     num_stages,
     output_for,
 )
@@ -95,15 +96,21 @@ def _paged_prefill_kernel(
     for kv_start in range(0, kv_end, BLOCK_N):
         pos = kv_start + offs_n
         n_mask = pos < kv_end
-        page = tl.load(table + pos // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
-        kv_offs = page * stride_c_page + (pos % PAGE_SIZE) * stride_c_tok + kv_head * stride_c_head
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_offs[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + kv_offs[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        p_dtype = v.dtype
-        if DOT_FP32:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k, v, p_dtype = load_kv_tile(
+            k_cache_ptr,
+            v_cache_ptr,
+            table,
+            pos,
+            n_mask,
+            d_mask,
+            offs_d,
+            kv_head,
+            stride_c_page,
+            stride_c_tok,
+            stride_c_head,
+            PAGE_SIZE,
+            DOT_FP32,
+        )
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # (M, N)
         # Key 0 is visible to every row, so each row's max is finite after the first tile.
         visible = (pos[None, :] <= q_pos[:, None]) & n_mask[None, :]

@@ -29,10 +29,6 @@ class AttentionMetadata:
     def num_seqs(self) -> int:
         return int(self.seq_lens.shape[0])
 
-    @property
-    def num_decode_tokens(self) -> int:
-        return self.num_decodes
-
     def prefill_part(self) -> AttentionMetadata:
         """The metadata of the prefill sequences only, with query offsets rebased to 0."""
         d = self.num_decodes
