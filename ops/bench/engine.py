@@ -358,7 +358,8 @@ def hf_cb_configs(args: argparse.Namespace, model: Any, max_output: int) -> tupl
         num_blocks=max(1, args.kv_cache_bytes // block_bytes),  # the same KV bytes as ours
         max_batch_tokens=args.hf_cb_max_batch_tokens or args.max_num_batched_tokens,
         max_requests_per_batch=args.max_num_seqs,
-        # Ours has no prefix caching and random prompts share no prefix: hashing is pure cost.
+        # Random prompts share no prefix: hashing is pure cost (ours keeps its prefix cache on,
+        # the default, and pays for hashing full blocks too).
         allow_block_sharing=args.hf_cb_prefix_sharing,
     )
     pad = model.generation_config.pad_token_id

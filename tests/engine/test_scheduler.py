@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import rule
 
-from tests.engine.sched_helpers import SAMPLED_TOKEN, Harness
+from tests.engine.sched_helpers import SAMPLED_TOKEN, Harness, HarnessMachine
 
 
 def test_a_sequence_arriving_at_step_k_runs_at_step_k_plus_1() -> None:
@@ -77,7 +77,7 @@ def test_abort_while_waiting_and_while_running_returns_blocks_at_once() -> None:
     assert h.scheduler.schedule().is_empty
 
 
-class SchedulerMachine(RuleBasedStateMachine):
+class SchedulerMachine(HarnessMachine):
     """Random add / step / abort sequences never leak or double-own a block or break a budget."""
 
     def __init__(self) -> None:
@@ -87,34 +87,6 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(prompt_len=st.integers(1, 30), max_tokens=st.integers(1, 12))
     def add(self, prompt_len: int, max_tokens: int) -> None:
         self.h.add(prompt_len, max_tokens)
-
-    @rule()
-    def step(self) -> None:
-        self.h.step()
-
-    @precondition(lambda self: bool(self.h.seqs))
-    @rule(data=st.data())
-    def abort(self, data: st.DataObject) -> None:
-        rid = data.draw(st.sampled_from(sorted(self.h.seqs)))
-        self.h.abort(rid)
-
-    @invariant()
-    def blocks_consistent(self) -> None:
-        self.h.bm.assert_invariants(self.h.seqs.values())
-        for seq in self.h.finished.values():
-            assert seq.block_ids == []
-
-    def teardown(self) -> None:
-        # Everything left finishes: no request is starved by preemption cycles.
-        for _ in range(2000):
-            if not self.h.seqs:
-                break
-            self.h.step()
-        assert not self.h.seqs
-        assert self.h.bm.num_free_blocks == self.h.bm.num_blocks
-        for seq in self.h.finished.values():
-            if seq.finish_reason is not None and seq.finish_reason.value == "length":
-                assert seq.output_token_ids == [SAMPLED_TOKEN] * seq.params.max_tokens
 
 
 TestSchedulerMachine = SchedulerMachine.TestCase

@@ -16,13 +16,17 @@ class InvalidConfigError(ValueError):
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """The paged KV pool's size: ``num_blocks``, else ``memory_bytes``, else the fraction."""
+    """The paged KV pool's size (``num_blocks``, else ``memory_bytes``, else the fraction) and
+    whether full blocks are kept and shared by content (automatic prefix caching)."""
 
     block_size: int = 16  # tokens per block
     num_blocks: int | None = None
     memory_bytes: int | None = None
     # On CUDA: share of the memory free after loading weights (activations need the rest).
     memory_fraction: float = 0.85
+    # Requests sharing a prefix (a system prompt, earlier chat turns, the n choices of one request)
+    # compute its full blocks once; off, the pool behaves exactly as it did without the cache.
+    enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         if self.block_size < 1:

@@ -6,6 +6,7 @@ then each request's tokens are checked for stops and detokenized. No Redis, no t
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable
 from collections.abc import Sequence as Seq
@@ -18,18 +19,23 @@ from worker.engine.config import EngineConfig
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from worker.engine.outputs import Completion, RequestOutput
+from worker.engine.prefix_cache import PrefixCacheStats
+from worker.engine.prompt import (
+    InvalidRequestError,
+    PromptTooLongError,
+    check_prompt,
+    encode_prompt,
+)
 from worker.engine.request_state import RequestState
-from worker.engine.sampler import Sampler, SamplingRequest
+from worker.engine.sampler import Sampler, SamplingRequest, choice_seed
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import FinishReason, Sequence
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
 Messages = list[dict[str, str]]
-
-
-class InvalidRequestError(ValueError):
-    """The request can never run (empty or too long a prompt, a duplicate id)."""
+# Callers catch these from here; they live in prompt.py, shared with the job service's intake.
+__all__ = ["InvalidRequestError", "LLMEngine", "PromptTooLongError"]
 
 
 class LLMEngine:
@@ -43,7 +49,11 @@ class LLMEngine:
         model = load_model(self.model_dir, pick_dtype(config.dtype, self.device), self.device)
         self.model_config = model.config
         self.runner = ModelRunner(config, model, self.device)
-        self.block_manager = BlockManager(self.runner.num_blocks, config.cache.block_size)
+        self.block_manager = BlockManager(
+            self.runner.num_blocks,
+            config.cache.block_size,
+            enable_prefix_caching=config.cache.enable_prefix_caching,
+        )
         self.scheduler = Scheduler(config.scheduler, self.block_manager)
         eos = set(model.config.eos_token_ids)
         if self.tokenizer.eos_token_id is not None:
@@ -56,7 +66,8 @@ class LLMEngine:
             model.config.max_position,
             capacity,
         )
-        self._requests: dict[str, RequestState] = {}
+        self._requests: dict[str, list[RequestState]] = {}  # by request id: its n choices
+        self._states: dict[int, RequestState] = {}  # unfinished choices by sequence id
         self._arrivals = itertools.count()
         self._aborted: list[RequestOutput] = []
 
@@ -64,15 +75,7 @@ class LLMEngine:
 
     def encode(self, prompt: str | Messages) -> list[int]:
         """Token ids of a prompt; chat messages go through the model's chat template."""
-        if isinstance(prompt, str):
-            return list(self.tokenizer.encode(prompt))
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise InvalidRequestError(f"{self.model_dir} has no chat template: send a plain prompt")
-        text = self.tokenizer.apply_chat_template(
-            prompt, add_generation_prompt=True, tokenize=False
-        )
-        # The template already holds BOS and the role markers: add no special tokens again.
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return encode_prompt(self.tokenizer, prompt, self.model_dir)
 
     def add_request(
         self,
@@ -80,8 +83,13 @@ class LLMEngine:
         prompt: str | Messages | None = None,
         params: SamplingParams | None = None,
         prompt_token_ids: Seq[int] | None = None,
+        *,
+        cache_salt: str | None = None,
     ) -> None:
-        """Queue a request; it joins the running batch at the next `step`."""
+        """Queue a request; it joins the running batch at the next `step`.
+
+        Only requests with the same ``cache_salt`` (e.g. a tenant id) share cached prefix blocks.
+        """
         if request_id in self._requests:
             raise InvalidRequestError(f"request {request_id!r} is already in the engine")
         params = params or SamplingParams()
@@ -91,36 +99,38 @@ class LLMEngine:
             prompt_token_ids = self.encode(prompt)
         ids = [int(t) for t in prompt_token_ids]
         self._check_prompt(ids)
-        seq = Sequence(request_id, ids, params, next(self._arrivals))
-        detok = IncrementalDetokenizer(self.tokenizer, ids, params)
-        self._requests[request_id] = RequestState(seq, detok)
-        self.scheduler.add(seq)
+        arrival = next(self._arrivals)
+        states = []
+        for i in range(params.n):
+            p = _choice_params(params, i)
+            seq = Sequence(request_id, ids, p, arrival, index=i, cache_salt=cache_salt)
+            states.append(RequestState(seq, IncrementalDetokenizer(self.tokenizer, ids, p)))
+            self._states[seq.seq_id] = states[-1]
+        self._requests[request_id] = states
+        self.scheduler.add(states[0].seq, [s.seq for s in states[1:]])
 
     def _check_prompt(self, ids: list[int]) -> None:
-        if not ids:
-            raise InvalidRequestError("the prompt is empty")
-        if len(ids) >= self.max_model_len:
-            raise InvalidRequestError(
-                f"the prompt has {len(ids)} tokens; this engine fits at most "
-                f"{self.max_model_len - 1} (max_model_len {self.max_model_len}, "
-                "prompt plus at least one generated token)"
-            )
-        vocab = self.model_config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequestError(f"token ids out of range [0, {vocab}): {bad[:5]}")
+        check_prompt(ids, self.max_model_len, self.model_config.vocab_size)
 
     def abort(self, request_id: str) -> bool:
-        """End a waiting or running request now; its blocks return at once. False if unknown."""
-        state = self._requests.pop(request_id, None)
-        if state is None:
+        """End a waiting or running request (all its choices) now; its blocks return at once.
+        False if unknown."""
+        states = self._requests.pop(request_id, None)
+        if states is None:
             return False
-        self.scheduler.finish(state.seq, FinishReason.ABORT)
-        self._aborted.append(state.output((), state.detokenizer.finish(), ()))
+        for state in states:
+            if self._states.pop(state.seq.seq_id, None) is None:
+                continue  # this choice finished already
+            self.scheduler.finish(state.seq, FinishReason.ABORT)
+            self._aborted.append(state.output((), state.detokenizer.finish(), ()))
         return True
 
     def has_unfinished(self) -> bool:
         return bool(self._requests)
+
+    def cache_stats(self) -> PrefixCacheStats:
+        """Prefix-cache counters: tokens looked up and found, cached blocks, evictions."""
+        return self.block_manager.cache_stats()
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -131,7 +141,7 @@ class LLMEngine:
         if decision.is_empty:
             return outputs
         result = self.runner.run(decision)
-        states = [self._requests[rid] for rid in result.request_ids]
+        states = [self._states[sid] for sid in result.seq_ids]
         self.scheduler.update(decision)
         if not states:
             return outputs
@@ -142,10 +152,16 @@ class LLMEngine:
         for state, token, logprobs in zip(states, sampled.token_ids, sampled.logprobs, strict=True):
             out, reason = state.append(token, logprobs, self.eos_token_ids, self.max_model_len)
             if reason is not None:
-                self.scheduler.finish(state.seq, reason)
-                del self._requests[state.seq.request_id]
+                self._finish(state, reason)
             outputs.append(out)
         return outputs
+
+    def _finish(self, state: RequestState, reason: FinishReason) -> None:
+        seq = state.seq
+        self.scheduler.finish(seq, reason)
+        del self._states[seq.seq_id]
+        if all(s.seq.is_finished for s in self._requests[seq.request_id]):
+            del self._requests[seq.request_id]
 
     # -- convenience -------------------------------------------------------------------------------
 
@@ -154,7 +170,8 @@ class LLMEngine:
         prompts: Iterable[str | Messages],
         params: SamplingParams | Seq[SamplingParams] | None = None,
     ) -> list[Completion]:
-        """Run all prompts through one continuous batch; completions in input order."""
+        """Run all prompts through one continuous batch; one completion per prompt, in input
+        order (with ``n > 1``, its ``choices`` hold all n)."""
         prompts = list(prompts)
         if params is None or isinstance(params, SamplingParams):
             per_prompt = [params or SamplingParams()] * len(prompts)
@@ -163,16 +180,32 @@ class LLMEngine:
         ids = [f"generate-{next(self._arrivals)}" for _ in prompts]
         for rid, prompt, p in zip(ids, prompts, per_prompt, strict=True):
             self.add_request(rid, prompt, p)
-        done: dict[str, Completion] = {}
-        collected: dict[str, list[RequestOutput]] = {rid: [] for rid in ids}
-        while len(done) < len(ids):
+        collected: dict[tuple[str, int], list[RequestOutput]] = {
+            (rid, i): [] for rid, p in zip(ids, per_prompt, strict=True) for i in range(p.n)
+        }
+        done: dict[tuple[str, int], Completion] = {}
+        while len(done) < len(collected):
             for out in self.step():
-                if out.request_id not in collected:
+                key = (out.request_id, out.index)
+                if key not in collected:
                     continue
-                collected[out.request_id].append(out)
+                collected[key].append(out)
                 if out.finished:
-                    done[out.request_id] = _completion(collected[out.request_id])
-        return [done[rid] for rid in ids]
+                    done[key] = _completion(collected[key])
+        results = []
+        for rid, p in zip(ids, per_prompt, strict=True):
+            choices = tuple(done[(rid, i)] for i in range(p.n))
+            results.append(
+                choices[0] if p.n == 1 else dataclasses.replace(choices[0], choices=choices)
+            )
+        return results
+
+
+def _choice_params(params: SamplingParams, index: int) -> SamplingParams:
+    """Choice ``index``'s params: its own seed, so seeded choices differ yet are reproducible."""
+    if params.seed is None or index == 0:
+        return params
+    return dataclasses.replace(params, seed=choice_seed(params.seed, index))
 
 
 def _completion(outs: list[RequestOutput]) -> Completion:
@@ -184,4 +217,6 @@ def _completion(outs: list[RequestOutput]) -> Completion:
         finish_reason=last.finish_reason or "",
         num_prompt_tokens=last.num_prompt_tokens,
         logprobs=tuple(lp for o in outs for lp in o.logprobs),
+        index=last.index,
+        num_cached_tokens=last.num_cached_tokens,
     )

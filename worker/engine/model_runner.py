@@ -25,6 +25,7 @@ class RunnerOutput:
 
     request_ids: tuple[str, ...]
     logits: torch.Tensor
+    seq_ids: tuple[int, ...]  # the same rows by sequence (a request with n > 1 has n of them)
 
 
 def pick_device(name: str) -> torch.device:
@@ -138,10 +139,11 @@ class ModelRunner:
         ids, pos, meta, rows = self.prepare(items)
         ctx = StepContext(meta=meta, backend=self.backend, kv_caches=self.kv_caches)
         hidden = self.model(ids, pos, ctx)
-        sampling_ids = tuple(s.request_id for s in items if s.samples)
+        sampling = [s for s in items if s.samples]
+        request_ids = tuple(s.request_id for s in sampling)
+        seq_ids = tuple(s.seq_id for s in sampling)
         if not rows:
-            return RunnerOutput(
-                sampling_ids, hidden.new_empty((0, self.model.config.vocab_size)).float()
-            )
+            empty = hidden.new_empty((0, self.model.config.vocab_size)).float()
+            return RunnerOutput(request_ids, empty, seq_ids)
         index = torch.tensor(rows, dtype=torch.int64, device=self.device)
-        return RunnerOutput(sampling_ids, self.model.compute_logits(hidden[index]))
+        return RunnerOutput(request_ids, self.model.compute_logits(hidden[index]), seq_ids)

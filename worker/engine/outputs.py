@@ -19,11 +19,19 @@ class RequestOutput:
     num_prompt_tokens: int
     num_output_tokens: int
     logprobs: tuple[TokenLogprobs, ...] = ()
+    # Which of the request's params.n choices progressed; `finished` is this choice's. The
+    # request is done when every choice has finished.
+    index: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
 
 
 @dataclass(frozen=True)
 class Completion:
-    """A finished request, as `LLMEngine.generate` returns it."""
+    """A finished request, as `LLMEngine.generate` returns it.
+
+    With ``params.n > 1`` the fields are choice 0's and ``choices`` holds all n in index order
+    (each with empty ``choices``); with ``n == 1`` ``choices`` is empty.
+    """
 
     request_id: str
     text: str
@@ -31,3 +39,6 @@ class Completion:
     finish_reason: str
     num_prompt_tokens: int
     logprobs: tuple[TokenLogprobs, ...] = ()
+    index: int = 0
+    num_cached_tokens: int = 0
+    choices: tuple[Completion, ...] = ()

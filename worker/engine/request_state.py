@@ -61,4 +61,6 @@ class RequestState:
             num_prompt_tokens=self.seq.num_prompt_tokens,
             num_output_tokens=self.seq.num_output_tokens,
             logprobs=logprobs,
+            index=self.seq.index,
+            num_cached_tokens=self.seq.num_cached_tokens,
         )

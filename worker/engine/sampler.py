@@ -65,6 +65,15 @@ def step_seed(seed: int, output_index: int) -> int:
     return _splitmix64(_splitmix64(seed & _MASK64) ^ (output_index & _MASK64)) >> 1
 
 
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of choice ``index`` of a request with ``n > 1``; choice 0 keeps ``seed``."""
+    if index == 0:
+        return seed
+    # Mixed rather than seed + index, which would make seed 5's choice 1 repeat seed 6's
+    # choice 0.
+    return _splitmix64((seed & _MASK64) ^ _splitmix64(index & _MASK64)) >> 1
+
+
 class Sampler:
     """Samples one token per row; stateless apart from the generator of unseeded rows."""
 

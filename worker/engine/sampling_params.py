@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Each choice is a sequence of its own in the batch; 16 keeps one request to a quarter of the
+# default 64-sequence batch.
+MAX_N = 16
+
 
 class InvalidSamplingParams(ValueError):
     """A sampling parameter is out of range; the message names the field and the allowed range."""
@@ -14,6 +18,8 @@ class SamplingParams:
     """How one request samples and when it stops.
 
     ``temperature == 0`` is greedy (argmax; top-k/top-p/min-p and seed are then irrelevant).
+    ``n`` choices sample independently from one prompt; with a seed, choice i is reproducible
+    (choice 0 draws exactly what the same request with ``n = 1`` draws).
     """
 
     max_tokens: int = 16  # new tokens at most; finish_reason "length" when reached
@@ -29,6 +35,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # top-N logprobs per generated token (plus the sampled one)
     skip_special_tokens: bool = True
+    n: int = 1  # independent choices from one prompt, each streamed with its index
 
     def __post_init__(self) -> None:
         self._check(self.max_tokens >= 1, "max_tokens", "must be >= 1")
@@ -39,6 +46,7 @@ class SamplingParams:
         self._check(0.0 <= self.min_p <= 1.0, "min_p", "[0, 1]")
         self._check(self.logprobs is None or 0 <= self.logprobs <= 20, "logprobs", "0..20")
         self._check(all(s for s in self.stop), "stop", "stop strings must be non-empty")
+        self._check(1 <= self.n <= MAX_N, "n", f"1..{MAX_N}")
         # Lists are accepted for convenience and frozen so params stay hashable and immutable.
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "stop", tuple(self.stop))

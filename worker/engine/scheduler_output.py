@@ -14,6 +14,8 @@ class ScheduledSequence:
     num_computed_tokens: int  # tokens already in the cache: the first new token's position
     block_ids: tuple[int, ...]  # the sequence's block table, covering every new token
     samples: bool  # True when this step reaches num_tokens, so one token is sampled
+    # Which sequence: the n choices of one request share its request id. The runner echoes it.
+    seq_id: int = 0
 
     @property
     def num_scheduled_tokens(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import itertools
 
 from worker.engine.sampling_params import SamplingParams
 
@@ -20,12 +21,18 @@ class FinishReason(enum.StrEnum):
     ABORT = "abort"
 
 
+# Unique over the process: the n choices of one request share a request id, so the runner's rows
+# are matched back to sequences by this number.
+_seq_ids = itertools.count()
+
+
 class Sequence:
     """Prompt + output tokens, and ``num_computed_tokens`` catching up to ``num_tokens``.
 
     There are no prefill and decode phases: a step computes ``num_scheduled_tokens`` more tokens,
     and when the sequence has caught up it samples one. A preempted sequence drops its KV
-    (``num_computed_tokens = 0``) and later recomputes prompt + output the same way.
+    (``num_computed_tokens = 0``) and later recomputes prompt + output the same way, starting
+    after whatever prefix the block manager still has cached.
     """
 
     def __init__(
@@ -34,10 +41,16 @@ class Sequence:
         prompt_token_ids: list[int],
         params: SamplingParams,
         arrival_index: int,
+        *,
+        index: int = 0,
+        cache_salt: str | None = None,
     ) -> None:
         self.request_id = request_id
+        self.seq_id = next(_seq_ids)
+        self.index = index  # which of the request's params.n choices this is
         self.params = params
         self.arrival_index = arrival_index
+        self.cache_salt = cache_salt  # only sequences with the same salt share cached blocks
         self.token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_computed_tokens = 0
@@ -45,6 +58,10 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.num_preemptions = 0
+        self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at first admission
+        # Chained digests of the full blocks of token_ids, memoised by the prefix cache; they
+        # depend only on the tokens and the salt, so they survive preemption.
+        self.block_digests: list[bytes] = []
 
     @property
     def num_tokens(self) -> int:
