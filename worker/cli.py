@@ -13,20 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-
-def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("sampling")
-    g.add_argument("--max-tokens", type=int, default=64, help="new tokens at most (default 64)")
-    g.add_argument("--min-tokens", type=int, default=0)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (the default here)")
-    g.add_argument("--top-k", type=int, default=0, help="0 disables")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--min-p", type=float, default=0.0)
-    g.add_argument("--seed", type=int, default=None, help="per-request seed: same seed, same text")
-    g.add_argument("--ignore-eos", action="store_true", help="EOS does not stop generation")
-    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    g.add_argument("--stop-token-id", action="append", type=int, default=[], dest="stop_token_ids")
-    g.add_argument("--logprobs", type=int, default=None, help="top-N logprobs per token")
+from producer.cli import add_producer_commands, add_sampling_arguments, sampling_fields
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,19 +55,7 @@ def engine_config(args: argparse.Namespace) -> Any:
 def sampling_params(args: argparse.Namespace) -> Any:
     from worker.engine.sampling_params import SamplingParams
 
-    return SamplingParams(
-        max_tokens=args.max_tokens,
-        min_tokens=args.min_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        seed=args.seed,
-        ignore_eos=args.ignore_eos,
-        stop=tuple(args.stop),
-        stop_token_ids=tuple(args.stop_token_ids),
-        logprobs=args.logprobs,
-    )
+    return SamplingParams(**sampling_fields(args))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -92,36 +67,45 @@ def cmd_generate(args: argparse.Namespace) -> int:
         [[{"role": "user", "content": p}] for p in args.prompts] if args.chat else args.prompts
     )
     start = time.perf_counter()
-    if len(prompts) == 1 and not args.json:
+    if len(prompts) == 1 and not args.json and params.n == 1:
         return _stream_one(engine, prompts[0], params, start)
     completions = engine.generate(prompts, params)
     elapsed = time.perf_counter() - start
-    for prompt, c in zip(args.prompts, completions, strict=True):
-        if args.json:
-            record: dict[str, Any] = {
-                "prompt": prompt,
-                "text": c.text,
-                "token_ids": list(c.token_ids),
-                "finish_reason": c.finish_reason,
-                "num_prompt_tokens": c.num_prompt_tokens,
-                "num_output_tokens": len(c.token_ids),
-            }
-            if args.logprobs is not None:
-                record["logprobs"] = [
-                    {
-                        "token_id": lp.token_id,
-                        "logprob": lp.logprob,
-                        "rank": lp.rank,
-                        "top": [list(t) for t in lp.top],
-                    }
-                    for lp in c.logprobs
-                ]
-            print(json.dumps(record, ensure_ascii=False))
-        else:
-            print(f"--- {prompt!r} [{c.finish_reason}]\n{c.text}\n")
-    total = sum(len(c.token_ids) for c in completions)
+    total = 0
+    for prompt, completion in zip(args.prompts, completions, strict=True):
+        for c in completion.choices or (completion,):  # n > 1: one record per choice
+            total += len(c.token_ids)
+            if args.json:
+                print(json.dumps(_generate_record(prompt, c, args.logprobs), ensure_ascii=False))
+            else:
+                choice = f" choice {c.index}" if params.n > 1 else ""
+                print(f"--- {prompt!r}{choice} [{c.finish_reason}]\n{c.text}\n")
     print(f"{total} tokens in {elapsed:.2f} s ({total / elapsed:.1f} tok/s)", file=sys.stderr)
     return 0
+
+
+def _generate_record(prompt: str, c: Any, logprobs: int | None) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "prompt": prompt,
+        "choice": c.index,
+        "text": c.text,
+        "token_ids": list(c.token_ids),
+        "finish_reason": c.finish_reason,
+        "num_prompt_tokens": c.num_prompt_tokens,
+        "num_output_tokens": len(c.token_ids),
+        "num_cached_tokens": c.num_cached_tokens,
+    }
+    if logprobs is not None:
+        record["logprobs"] = [
+            {
+                "token_id": lp.token_id,
+                "logprob": lp.logprob,
+                "rank": lp.rank,
+                "top": [list(t) for t in lp.top],
+            }
+            for lp in c.logprobs
+        ]
+    return record
 
 
 def _stream_one(engine: Any, prompt: Any, params: Any, start: float) -> int:
@@ -140,6 +124,64 @@ def _stream_one(engine: Any, prompt: Any, params: Any, start: float) -> int:
     return 0
 
 
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("job service")
+    g.add_argument("--redis-url", default=None, help="default: REDIS_URL, else an embedded Redis")
+    g.add_argument(
+        "--prefix", default=None, help="key prefix (default: PATERNOSTER_PREFIX or paternoster)"
+    )
+    g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import signal
+
+    from producer.connection import key_prefix_from_env, resolve_redis_url
+    from worker.engine.llm_engine import LLMEngine
+    from worker.service.config import WorkerConfig, default_worker_name
+    from worker.service.logs import configure_logging
+    from worker.service.worker import JobWorker
+
+    configure_logging(args.log_level)
+    url, embedded = (args.redis_url, None) if args.redis_url else resolve_redis_url()
+    config = WorkerConfig(
+        name=args.name or default_worker_name(),
+        prefix=args.prefix or key_prefix_from_env(),
+        max_jobs=args.max_jobs,
+        stream_interval=args.stream_interval,
+        result_ttl_s=args.result_ttl_s,
+        isolate_tenant_caches=args.isolate_tenant_caches,
+    )
+    worker = JobWorker(LLMEngine(engine_config(args)), url, config)
+    if embedded is not None:
+        print(f"embedded Redis: REDIS_URL={url}", file=sys.stderr)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if worker.stop_event.is_set():  # a second signal: stop now
+            raise SystemExit(128 + signum)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    worker.run()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from producer.connection import resolve_redis_url
+    from worker.engine.llm_engine import LLMEngine
+    from worker.service.demo import run_demo
+    from worker.service.logs import configure_logging
+
+    configure_logging("warning")  # the demo's own output is the point; job logs would bury it
+    url, embedded = (args.redis_url, None) if args.redis_url else resolve_redis_url()
+    try:
+        return run_demo(LLMEngine(engine_config(args)), url)
+    finally:
+        if embedded is not None:
+            embedded.close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paternoster", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,6 +192,24 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_arguments(gen)
     add_engine_arguments(gen)
     gen.set_defaults(func=cmd_generate)
+    work = sub.add_parser("worker", help="serve jobs from Redis until SIGTERM / SIGINT")
+    work.add_argument("--name", default=None, help="consumer name (default: host-pid)")
+    work.add_argument("--max-jobs", type=int, default=None, help="jobs held at once")
+    work.add_argument("--stream-interval", type=int, default=1, help="tokens per token event")
+    work.add_argument("--result-ttl-s", type=int, default=24 * 3600)
+    work.add_argument(
+        "--isolate-tenant-caches",
+        action="store_true",
+        help="no prefix-cache sharing across tenants",
+    )
+    add_service_arguments(work)
+    add_engine_arguments(work)
+    work.set_defaults(func=cmd_worker)
+    demo = sub.add_parser("demo", help="a worker and mixed jobs in one process, streamed live")
+    demo.add_argument("--redis-url", default=None, help="default: REDIS_URL, else embedded")
+    add_engine_arguments(demo)
+    demo.set_defaults(func=cmd_demo)
+    add_producer_commands(sub)
     return parser
 
 

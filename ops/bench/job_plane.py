@@ -1,0 +1,248 @@
+"""What the Redis job plane costs: one workload in-process and through Redis, in one run.
+
+    python ops/bench/job_plane.py --out ops/bench/results/job-plane.json     # 64 jobs, ~5 min
+    python ops/bench/job_plane.py --num-requests 8 --scale 0.1               # smoke test
+
+Systems, each on a fresh engine with the same config, one after another in this process
+(``--rounds 2`` alternates them twice; the machine is noisy):
+
+- ``engine``: `LLMEngine`, every request added at once, stepped to completion.
+- ``redis``: a `JobWorker` (on a thread of this process, as in production: the model loop plus
+  intake, cancel and publisher threads) on ``REDIS_URL`` or an embedded Redis; a producer
+  submits every job at once, and one client thread follows all result streams with XREAD until
+  each has its terminal event. Timed from the first submit to the last terminal event read.
+
+The workload is ``ops/bench/engine.py``'s (random token ids, forced output lengths, greedy).
+Both systems must produce the same tokens. Reported: output tok/s, the ratio redis/engine, and
+Redis commands per generated token (server side, from INFO commandstats, split by command),
+plus the worker's publish round trips per engine step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parent))  # after the repo: `kernels` stays ours
+
+import engine as engine_bench
+import redis
+import torch
+
+from producer import Producer
+from producer.connection import resolve_redis_url
+from producer.protocol import TokenEvent, is_terminal, parse_event
+from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from worker.engine.llm_engine import LLMEngine
+from worker.engine.sampling_params import SamplingParams
+from worker.models.loader import load_tokenizer, resolve_model_dir
+from worker.service.config import WorkerConfig
+from worker.service.worker import JobWorker
+
+Workload = Sequence[Any]  # engine_bench.BenchRequest
+
+
+def make_engine(args: argparse.Namespace) -> LLMEngine:
+    engine = LLMEngine(
+        EngineConfig(
+            model=str(args.model_dir),
+            device="cpu",
+            num_threads=args.threads,
+            cache=CacheConfig(memory_bytes=args.kv_cache_bytes),
+            scheduler=SchedulerConfig(
+                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens
+            ),
+        )
+    )
+    warm = engine_bench.warmup_prompt(args.token_ids)
+    engine.add_request("warmup", params=greedy(4), prompt_token_ids=warm)
+    while engine.has_unfinished():
+        engine.step()
+    return engine
+
+
+def greedy(n: int) -> SamplingParams:
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+def run_engine(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
+    engine = make_engine(args)
+    outputs: dict[str, list[int]] = {r.request_id: [] for r in workload}
+    start = time.perf_counter()
+    for r in workload:
+        engine.add_request(r.request_id, params=greedy(r.output_len), prompt_token_ids=r.prompt_ids)
+    steps = 0
+    while engine.has_unfinished():
+        steps += 1
+        for out in engine.step():
+            outputs[out.request_id].extend(out.new_token_ids)
+    return {"wall_s": time.perf_counter() - start, "steps": steps, "outputs": outputs}
+
+
+def command_calls(client: redis.Redis) -> dict[str, int]:
+    stats: Any = client.info("commandstats")
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+
+
+def follow_all(client: redis.Redis, keys: dict[str, str], outputs: dict[str, list[int]]) -> None:
+    """One reader for every job's stream (as a web server's event loop would), until all end."""
+    last = {keys[rid]: "0" for rid in keys}
+    by_key = {v: k for k, v in keys.items()}
+    while last:
+        reply: Any = client.xread(last, count=1024, block=1000)
+        for key, entries in reply or []:
+            for entry_id, fields in entries:
+                event = parse_event(entry_id, fields)
+                last[key] = entry_id
+                if isinstance(event, TokenEvent):
+                    outputs[by_key[key]].extend(event.token_ids)
+                if is_terminal(event):
+                    if event.type != "done":
+                        raise RuntimeError(f"{by_key[key]} ended {event.type}: {event}")
+                    del last[key]
+
+
+def run_redis(args: argparse.Namespace, workload: Workload, url: str) -> dict[str, Any]:
+    engine = make_engine(args)
+    prefix = f"pn-bench-{uuid.uuid4().hex[:8]}"
+    config = WorkerConfig(prefix=prefix, stream_interval=args.stream_interval)
+    worker = JobWorker(engine, url, config)
+    thread = threading.Thread(target=worker.run, name="bench-worker")
+    thread.start()
+    producer = Producer(url, prefix=prefix)
+    reader = redis.Redis.from_url(url, decode_responses=True)
+    outputs: dict[str, list[int]] = {r.request_id: [] for r in workload}
+    keys = {r.request_id: producer.keys.events(r.request_id) for r in workload}
+    try:
+        time.sleep(0.5)  # let the worker's threads reach their blocking reads
+        calls_before = command_calls(reader)
+        start = time.perf_counter()
+        for r in workload:
+            producer.submit(
+                job_id=r.request_id,
+                prompt_token_ids=list(r.prompt_ids),
+                max_tokens=r.output_len,
+                temperature=0.0,
+                ignore_eos=True,
+            )
+        follow_all(reader, keys, outputs)
+        wall = time.perf_counter() - start
+        worker.publisher.flush()
+        calls_after = command_calls(reader)
+    finally:
+        worker.stop()
+        thread.join()
+        for key in reader.scan_iter(f"{prefix}:*"):
+            reader.delete(key)
+    delta = {k: v - calls_before.get(k, 0) for k, v in calls_after.items()}
+    delta = {k: v for k, v in delta.items() if v > 0 and k not in ("info",)}
+    stats = worker.publisher.stats
+    return {
+        "wall_s": wall,
+        "steps": worker.num_steps,
+        "outputs": outputs,
+        "redis_calls": delta,
+        "publish_round_trips": stats.round_trips,
+        "publish_commands": stats.commands,
+    }
+
+
+def summarize(run: dict[str, Any], output_tokens: int) -> dict[str, Any]:
+    out = {k: v for k, v in run.items() if k != "outputs"}
+    out["output_tok_s"] = output_tokens / run["wall_s"]
+    if "redis_calls" in run:
+        total = sum(run["redis_calls"].values())
+        out["redis_commands"] = total
+        out["redis_commands_per_token"] = total / output_tokens
+        out["publish_round_trips_per_step"] = run["publish_round_trips"] / max(1, run["steps"])
+    return out
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="HF directory or .gguf; default the bundled SmolLM2-135M")
+    p.add_argument("--num-requests", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--rounds", type=int, default=1, help="alternate the systems this many times")
+    p.add_argument("--stream-interval", type=int, default=1)
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--kv-cache-bytes", type=int, default=engine_bench.DEFAULT_CPU_KV_BYTES)
+    p.add_argument("--max-num-seqs", type=int, default=SchedulerConfig.max_num_seqs)
+    p.add_argument(
+        "--max-num-batched-tokens", type=int, default=SchedulerConfig.max_num_batched_tokens
+    )
+    p.add_argument("--out", type=Path)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    args.model_dir = resolve_model_dir(args.model)
+    tokenizer = load_tokenizer(args.model_dir)
+    vocab = json.loads((Path(args.model_dir) / "config.json").read_text())["vocab_size"]
+    args.token_ids = engine_bench.normal_token_ids(tokenizer, vocab)
+    workload = engine_bench.make_workload(args.num_requests, args.seed, args.scale, args.token_ids)
+    totals = engine_bench.workload_totals(workload)
+    url, embedded = resolve_redis_url()
+    rounds: list[dict[str, Any]] = []
+    for i in range(args.rounds):
+        print(f"round {i + 1}: engine ...", flush=True)
+        eng = engine_bench.in_worker_thread(lambda: run_engine(args, workload))  # type: ignore[arg-type,return-value]
+        print(f"  engine {eng['wall_s']:.1f} s; redis ...", flush=True)
+        red = engine_bench.in_worker_thread(lambda: run_redis(args, workload, url))  # type: ignore[arg-type,return-value]
+        print(f"  redis {red['wall_s']:.1f} s", flush=True)
+        if red["outputs"] != eng["outputs"]:
+            raise RuntimeError("the Redis path produced different tokens from the engine")
+        e, r = summarize(eng, totals["output_tokens"]), summarize(red, totals["output_tokens"])
+        rounds.append(
+            {"engine": e, "redis": r, "redis_over_engine": r["output_tok_s"] / e["output_tok_s"]}
+        )
+    if embedded is not None:
+        embedded.close()
+    report = {
+        "workload": totals,
+        "environment": engine_bench.environment(args.threads),
+        "redis_url": url,
+        "stream_interval": args.stream_interval,
+        "rounds": rounds,
+    }
+    print_report(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2))
+    return report
+
+
+def print_report(report: dict[str, Any]) -> None:
+    t = report["workload"]
+    print(
+        f"\n{t['num_requests']} jobs: {t['prompt_tokens']} prompt + {t['output_tokens']} "
+        f"output tokens; stream interval {report['stream_interval']}"
+    )
+    for i, r in enumerate(report["rounds"]):
+        e, d = r["engine"], r["redis"]
+        print(
+            f"round {i + 1}: engine {e['output_tok_s']:.1f} tok/s ({e['wall_s']:.1f} s), "
+            f"redis {d['output_tok_s']:.1f} tok/s ({d['wall_s']:.1f} s): "
+            f"ratio {r['redis_over_engine']:.3f}"
+        )
+        print(
+            f"  Redis commands per output token {d['redis_commands_per_token']:.3f} "
+            f"({d['redis_commands']} commands: {d['redis_calls']}); publish round trips per "
+            f"step {d['publish_round_trips_per_step']:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

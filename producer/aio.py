@@ -1,0 +1,124 @@
+"""``AsyncProducer``: the asyncio twin of ``Producer``, over ``redis.asyncio``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aredis
+
+from producer import requests as rq
+from producer import scripts
+from producer.connection import key_prefix_from_env, open_client
+from producer.errors import JobNotFound, JobTimeout
+from producer.keys import Keys
+from producer.protocol import Event, JobSpec, is_terminal
+from producer.results import JobResult, JobStatus
+
+
+class AsyncJobHandle:
+    """A submitted job; ``stream()`` resumes after the last event it yielded."""
+
+    def __init__(self, producer: AsyncProducer, job_id: str, created: bool) -> None:
+        self.producer = producer
+        self.job_id = job_id
+        self.created = created
+        self.last_event_id = "0"
+
+    async def status(self) -> JobStatus:
+        return await self.producer.status(self.job_id)
+
+    async def stream(self, timeout_s: float | None = None) -> AsyncIterator[Event]:
+        async for event in self.producer.stream(self.job_id, self.last_event_id, timeout_s):
+            self.last_event_id = event.event_id or self.last_event_id
+            yield event
+
+    async def result(self, timeout_s: float | None = None) -> JobResult:
+        return await self.producer.result(self.job_id, timeout_s=timeout_s)
+
+    async def cancel(self) -> str:
+        return await self.producer.cancel(self.job_id)
+
+
+class AsyncProducer:
+    """Same arguments and meanings as ``Producer``; every call is a coroutine."""
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        client: aredis.Redis | None = None,
+        prefix: str | None = None,
+        result_ttl_s: int = rq.DEFAULT_RESULT_TTL_S,
+    ) -> None:
+        self.redis: aredis.Redis
+        self.redis, self._embedded = open_client(
+            redis_url, client, lambda url: aredis.Redis.from_url(url, decode_responses=True)
+        )
+        self.keys = Keys(prefix or key_prefix_from_env())
+        self.result_ttl_s = result_ttl_s
+        self._submit = self.redis.register_script(scripts.SUBMIT)
+        self._cancel = self.redis.register_script(scripts.CANCEL)
+
+    async def submit(self, prompt: str | None = None, **kwargs: Any) -> AsyncJobHandle:
+        return await self.submit_spec(rq.build_spec(prompt, **kwargs))
+
+    async def submit_spec(self, spec: JobSpec) -> AsyncJobHandle:
+        keys = [self.keys.job(spec.id), self.keys.jobs]
+        created, _ = await self._submit(keys=keys, args=rq.submit_args(spec))
+        return AsyncJobHandle(self, spec.id, bool(created))
+
+    async def status(self, job_id: str) -> JobStatus:
+        fields: dict[str, str] = await self.redis.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
+        if not fields:
+            raise JobNotFound(job_id)
+        return JobStatus.from_hash(job_id, fields)
+
+    async def cancel(self, job_id: str) -> str:
+        keys = [self.keys.job(job_id), self.keys.events(job_id), self.keys.cancels]
+        args = rq.cancel_args(job_id, self.result_ttl_s)
+        outcome = str(await self._cancel(keys=keys, args=args))
+        if outcome == "missing":
+            raise JobNotFound(job_id)
+        return outcome
+
+    async def events(
+        self, job_id: str, from_event: str = "0", block_ms: int | None = None
+    ) -> list[Event]:
+        key = self.keys.events(job_id)
+        reply: Any = await self.redis.xread({key: from_event}, count=rq.READ_COUNT, block=block_ms)
+        return rq.parse_entries(rq.read_reply_entries(reply))
+
+    async def stream(
+        self, job_id: str, from_event: str = "0", timeout_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        if not await self.redis.exists(self.keys.job(job_id), self.keys.events(job_id)):
+            raise JobNotFound(job_id)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            batch = await self.events(job_id, from_event, block_ms=rq.remaining_ms(deadline))
+            for event in batch:
+                from_event = event.event_id or from_event
+                yield event
+                if is_terminal(event):
+                    return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobTimeout(f"job {job_id} not finished within {timeout_s} s")
+
+    async def result(self, job_id: str, timeout_s: float | None = None) -> JobResult:
+        result = JobResult(job_id)
+        async for event in self.stream(job_id, timeout_s=timeout_s):
+            result.apply(event)
+        return rq.raise_for_outcome(result)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+        if self._embedded is not None:
+            self._embedded.close()
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,139 @@
+"""``Producer``: the synchronous client web apps use to submit, follow and cancel jobs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from producer import requests as rq
+from producer import scripts
+from producer.connection import key_prefix_from_env, open_client
+from producer.errors import JobNotFound, JobTimeout
+from producer.keys import Keys
+from producer.protocol import Event, JobSpec, is_terminal
+from producer.results import JobResult, JobStatus
+
+
+class JobHandle:
+    """A submitted job. ``stream()`` resumes after the last event it yielded."""
+
+    def __init__(self, producer: Producer, job_id: str, created: bool) -> None:
+        self.producer = producer
+        self.job_id = job_id
+        self.created = created  # False: a job with this id already existed; nothing was added
+        self.last_event_id = "0"
+
+    def status(self) -> JobStatus:
+        return self.producer.status(self.job_id)
+
+    def stream(self, timeout_s: float | None = None) -> Iterator[Event]:
+        for event in self.producer.stream(self.job_id, self.last_event_id, timeout_s=timeout_s):
+            self.last_event_id = event.event_id or self.last_event_id
+            yield event
+
+    def result(self, timeout_s: float | None = None) -> JobResult:
+        return self.producer.result(self.job_id, timeout_s=timeout_s)
+
+    def cancel(self) -> str:
+        return self.producer.cancel(self.job_id)
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.job_id!r}, created={self.created})"
+
+
+class Producer:
+    """Submit jobs to the jobs stream and read their result streams, over redis-py.
+
+    ``redis_url`` defaults to ``REDIS_URL``, else an embedded Redis; ``prefix`` to
+    ``PATERNOSTER_PREFIX``, else ``paternoster``. Pass ``client`` to reuse a connection pool.
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        client: redis.Redis | None = None,
+        prefix: str | None = None,
+        result_ttl_s: int = rq.DEFAULT_RESULT_TTL_S,
+    ) -> None:
+        self.redis: redis.Redis
+        self.redis, self._embedded = open_client(
+            redis_url, client, lambda url: redis.Redis.from_url(url, decode_responses=True)
+        )
+        self.keys = Keys(prefix or key_prefix_from_env())
+        self.result_ttl_s = result_ttl_s
+        self._submit = self.redis.register_script(scripts.SUBMIT)
+        self._cancel = self.redis.register_script(scripts.CANCEL)
+
+    def submit(self, prompt: str | None = None, **kwargs: Any) -> JobHandle:
+        """Enqueue a job (see ``requests.build_spec`` for the arguments). Submitting an id that
+        exists returns a handle to the existing job with ``created`` False."""
+        return self.submit_spec(rq.build_spec(prompt, **kwargs))
+
+    def submit_spec(self, spec: JobSpec) -> JobHandle:
+        keys = [self.keys.job(spec.id), self.keys.jobs]
+        created, _ = self._submit(keys=keys, args=rq.submit_args(spec))
+        return JobHandle(self, spec.id, bool(created))
+
+    def status(self, job_id: str) -> JobStatus:
+        fields: dict[str, str] = self.redis.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
+        if not fields:
+            raise JobNotFound(job_id)
+        return JobStatus.from_hash(job_id, fields)
+
+    def cancel(self, job_id: str) -> str:
+        """Cancel a job: "cancelled" (it was queued and is now ended), "cancelling" (its worker
+        stops it within a step), or the terminal state it already had."""
+        keys = [self.keys.job(job_id), self.keys.events(job_id), self.keys.cancels]
+        outcome = str(self._cancel(keys=keys, args=rq.cancel_args(job_id, self.result_ttl_s)))
+        if outcome == "missing":
+            raise JobNotFound(job_id)
+        return outcome
+
+    def events(
+        self, job_id: str, from_event: str = "0", block_ms: int | None = None
+    ) -> list[Event]:
+        """One read of the events after ``from_event``; waits up to ``block_ms`` for the first."""
+        key = self.keys.events(job_id)
+        reply: Any = self.redis.xread({key: from_event}, count=rq.READ_COUNT, block=block_ms)
+        return rq.parse_entries(rq.read_reply_entries(reply))
+
+    def stream(
+        self, job_id: str, from_event: str = "0", timeout_s: float | None = None
+    ) -> Iterator[Event]:
+        """Yield the job's events after ``from_event`` (a stream entry id; "0": from the start) as
+        they are published, until the terminal one. Reconnect by passing the last ``event_id``."""
+        if not self.redis.exists(self.keys.job(job_id), self.keys.events(job_id)):
+            raise JobNotFound(job_id)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            batch = self.events(job_id, from_event, block_ms=rq.remaining_ms(deadline))
+            for event in batch:
+                from_event = event.event_id or from_event
+                yield event
+                if is_terminal(event):
+                    return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobTimeout(f"job {job_id} not finished within {timeout_s} s")
+
+    def result(self, job_id: str, timeout_s: float | None = None) -> JobResult:
+        """Block until the job ends; its text and usage, or JobFailed / JobCancelled / JobExpired
+        (each carrying the partial result); JobTimeout if ``timeout_s`` passes first."""
+        result = JobResult(job_id)
+        for event in self.stream(job_id, timeout_s=timeout_s):
+            result.apply(event)
+        return rq.raise_for_outcome(result)
+
+    def close(self) -> None:
+        self.redis.close()
+        if self._embedded is not None:
+            self._embedded.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

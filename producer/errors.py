@@ -1,0 +1,55 @@
+"""The producer's exceptions: one type per way a call can fail, all under ``PaternosterError``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from producer.results import JobResult
+
+
+class PaternosterError(Exception):
+    """Base of every error this library raises on purpose."""
+
+
+class InvalidJob(PaternosterError, ValueError):
+    """The job spec does not validate; nothing was enqueued."""
+
+
+class JobNotFound(PaternosterError, KeyError):
+    """No status hash for this id: never submitted, or ended longer ago than the result TTL."""
+
+    def __str__(self) -> str:
+        return f"no job {self.args[0]!r} (never submitted, or its result expired)"
+
+
+class JobTimeout(PaternosterError, TimeoutError):
+    """The job did not reach a terminal event within the caller's timeout; it is still alive."""
+
+
+class JobEnded(PaternosterError):
+    """The job ended without a ``done`` event; ``result`` holds what it produced before."""
+
+    def __init__(self, message: str, result: JobResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class JobFailed(JobEnded):
+    """The job ended with an ``error`` event (``code`` and ``message`` from the worker)."""
+
+    def __init__(self, code: str, message: str, result: JobResult) -> None:
+        super().__init__(f"job {result.job_id} failed: {code}: {message}", result)
+        self.code = code
+
+
+class JobCancelled(JobEnded):
+    """A client cancelled the job."""
+
+
+class JobExpired(JobEnded):
+    """The job's deadline passed before a worker started it."""
+
+
+class NoRedis(PaternosterError):
+    """No ``REDIS_URL`` and no embedded Redis available."""

@@ -1,0 +1,239 @@
+"""The wire protocol: job specs the producers write and events the workers publish.
+
+Everything that crosses Redis is one of these pydantic models serialised as JSON. Producers
+validate before they enqueue; workers validate again, because a job may come from ``redis-cli``
+or another language. ``SCHEMA_VERSION`` changes only when an old worker would misread a job.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+from producer.keys import JOB_ID_PATTERN
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
+# Priority: lower is more urgent (vLLM's and Celery's convention).
+MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = -100, 0, 100
+MAX_CHOICES = 16  # the engine's cap on SamplingParams.n
+MAX_METADATA_BYTES = 4096  # metadata rides in every job entry: keep it small
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SamplingSpec(_Frozen):
+    """The engine's sampling parameters, with the engine's names, defaults and ranges."""
+
+    max_tokens: int = Field(default=16, ge=1)
+    min_tokens: int = Field(default=0, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_k: int = Field(default=0, ge=-1)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    seed: int | None = None
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    include_stop_str_in_output: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    skip_special_tokens: bool = True
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices from one prompt, streamed apart
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> SamplingSpec:
+        if self.min_tokens > self.max_tokens:
+            raise ValueError("min_tokens must be <= max_tokens")
+        return self
+
+
+class ChatMessage(_Frozen):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+
+
+class JobSpec(_Frozen):
+    """One generation job. Give exactly one of ``prompt``, ``messages``, ``prompt_token_ids``."""
+
+    schema_version: int = SCHEMA_VERSION
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex, pattern=JOB_ID_PATTERN.pattern)
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    sampling: SamplingSpec = SamplingSpec()
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+    tenant: str = Field(default="default", min_length=1, max_length=64)
+    deadline: float | None = None  # unix time (s); not started by then: the job ends `expired`
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    # Prefix-cache isolation: only jobs with the same salt share cached prompt blocks, so one
+    # tenant cannot hit (or time) another's prefixes. None: the worker's policy decides.
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v not in SUPPORTED_SCHEMA_VERSIONS:
+            raise ValueError(
+                f"unsupported schema_version {v}; supported: {sorted(SUPPORTED_SCHEMA_VERSIONS)}"
+            )
+        return v
+
+    @field_validator("metadata")
+    @classmethod
+    def _small_metadata(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:
+            encoded = json.dumps(v, ensure_ascii=False).encode()
+        except (TypeError, ValueError) as exc:  # pydantic reports ValueError only, not TypeError
+            raise ValueError(f"metadata must be JSON-serialisable: {exc}") from exc
+        if len(encoded) > MAX_METADATA_BYTES:
+            raise ValueError(f"metadata must serialise to at most {MAX_METADATA_BYTES} bytes")
+        return v
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> JobSpec:
+        given = [x is not None for x in (self.prompt, self.messages, self.prompt_token_ids)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of prompt, messages, prompt_token_ids")
+        if self.messages is not None and not self.messages:
+            raise ValueError("messages must not be empty")
+        return self
+
+
+class JobState(enum.StrEnum):
+    """The ``state`` field of a job's status hash."""
+
+    QUEUED = "queued"  # in the jobs stream, not yet taken by a worker
+    RUNNING = "running"  # a worker took it and published `started`
+    DONE = "done"  # finished normally (`done` event)
+    ERROR = "error"  # rejected or failed (`error` event)
+    CANCELLED = "cancelled"  # a client cancelled it (`cancelled` event)
+    EXPIRED = "expired"  # its deadline passed before it started (`expired` event)
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (JobState.QUEUED, JobState.RUNNING)
+
+
+class ErrorCode(enum.StrEnum):
+    MALFORMED_JSON = "malformed_json"
+    UNSUPPORTED_SCHEMA_VERSION = "unsupported_schema_version"
+    INVALID_REQUEST = "invalid_request"  # the JobSpec does not validate
+    PROMPT_TOO_LONG = "prompt_too_long"  # longer than the model's context
+    INVALID_PROMPT = "invalid_prompt"  # empty, or token ids outside the vocabulary
+    INTERNAL = "internal"
+
+
+class Usage(_Frozen):
+    prompt_tokens: int
+    completion_tokens: int  # summed over all choices
+    total_tokens: int
+    cached_prompt_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+
+
+class Timings(_Frozen):
+    """Seconds, all measured on the Redis server's clock from the moment of submission."""
+
+    queued_s: float  # submit -> a worker took the job
+    ttft_s: float | None = None  # submit -> first token published (None: no token)
+    total_s: float  # submit -> terminal event
+
+
+class TopLogprob(_Frozen):
+    token_id: int
+    logprob: float
+
+
+class TokenLogprob(_Frozen):
+    token_id: int
+    logprob: float
+    rank: int
+    top: tuple[TopLogprob, ...] = ()
+
+
+class _Event(_Frozen):
+    # The Redis stream entry id, filled in when read; the `from_event` to resume after it.
+    event_id: str | None = Field(default=None, exclude=True)
+
+
+class StartedEvent(_Event):
+    type: Literal["started"] = "started"
+    worker: str
+    queued_s: float
+
+
+class TokenEvent(_Event):
+    """``index`` is the position of ``token_ids[0]`` in the completion: 0 for the first event,
+    then the previous event's index plus its token count (more than one token per event when the
+    worker coalesces with a stream interval)."""
+
+    type: Literal["token"] = "token"
+    choice: int = 0  # which of the job's `n` choices; indices count per choice
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+FinishReason = Literal["stop", "length", "stop_string"]
+
+
+class ChoiceEnd(_Frozen):
+    choice: int
+    finish_reason: FinishReason
+    completion_tokens: int
+
+
+class DoneEvent(_Event):
+    """The job ended normally. With ``n > 1``, after its last choice: ``finish_reason`` is
+    choice 0's and ``choices`` gives each choice's."""
+
+    type: Literal["done"] = "done"
+    finish_reason: FinishReason
+    usage: Usage
+    timings: Timings
+    choices: tuple[ChoiceEnd, ...] | None = None
+
+
+class ErrorEvent(_Event):
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+
+
+class CancelledEvent(_Event):
+    type: Literal["cancelled"] = "cancelled"
+    usage: Usage | None = None  # tokens produced before the cancel took effect
+
+
+class ExpiredEvent(_Event):
+    type: Literal["expired"] = "expired"
+    message: str
+
+
+Event = Annotated[
+    StartedEvent | TokenEvent | DoneEvent | ErrorEvent | CancelledEvent | ExpiredEvent,
+    Field(discriminator="type"),
+]
+TERMINAL_EVENT_TYPES = frozenset({"done", "error", "cancelled", "expired"})
+_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def event_fields(event: _Event) -> dict[str, str]:
+    """The stream entry for an event: ``type`` (for readers who filter) and ``data`` (JSON)."""
+    kind = str(getattr(event, "type"))  # noqa: B009  (each subclass declares its own Literal)
+    return {"type": kind, "data": event.model_dump_json(exclude_none=True)}
+
+
+def parse_event(event_id: str, fields: dict[str, str]) -> Event:
+    event = _EVENT_ADAPTER.validate_json(fields["data"])
+    return event.model_copy(update={"event_id": event_id})
+
+
+def is_terminal(event: Event) -> bool:
+    return event.type in TERMINAL_EVENT_TYPES

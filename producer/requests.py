@@ -1,0 +1,109 @@
+"""What the sync and asyncio clients share: building specs and reading replies, no I/O."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from producer.errors import InvalidJob, JobCancelled, JobExpired, JobFailed
+from producer.protocol import (
+    CancelledEvent,
+    ChatMessage,
+    Event,
+    JobSpec,
+    JobState,
+    SamplingSpec,
+    event_fields,
+    parse_event,
+)
+from producer.results import JobResult
+
+DEFAULT_RESULT_TTL_S = 24 * 3600  # Celery's result_expires default: a day
+READ_BLOCK_MS = 1000  # one XREAD waits this long before the caller's timeout is checked again
+READ_COUNT = 512
+
+
+def build_spec(
+    prompt: str | None = None,
+    *,
+    messages: Sequence[Mapping[str, str] | ChatMessage] | None = None,
+    prompt_token_ids: Sequence[int] | None = None,
+    sampling: SamplingSpec | Mapping[str, Any] | None = None,
+    job_id: str | None = None,
+    priority: int | None = None,
+    tenant: str | None = None,
+    deadline: float | None = None,
+    deadline_s: float | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    **sampling_kwargs: Any,
+) -> JobSpec:
+    """A validated JobSpec from keyword arguments; sampling fields may be given flat
+    (``max_tokens=32``) or as ``sampling``. ``deadline_s`` is relative to now."""
+    base = sampling.model_dump() if isinstance(sampling, SamplingSpec) else dict(sampling or {})
+    fields: dict[str, Any] = {"sampling": {**base, **sampling_kwargs}}
+    if deadline_s is not None:
+        deadline = time.time() + deadline_s
+    optional = {
+        "id": job_id,
+        "prompt": prompt,
+        "messages": messages,
+        "prompt_token_ids": prompt_token_ids,
+        "priority": priority,
+        "tenant": tenant,
+        "deadline": deadline,
+        "metadata": dict(metadata) if metadata is not None else None,
+    }
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    try:
+        return JobSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise InvalidJob(validation_message(exc)) from exc
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line naming each bad field (pydantic's own message spans several lines per error)."""
+    parts = []
+    for e in exc.errors()[:5]:
+        where = ".".join(map(str, e["loc"])) or "job"
+        parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
+    return "invalid job: " + "; ".join(parts)
+
+
+def submit_args(spec: JobSpec) -> list[str]:
+    return [spec.id, spec.model_dump_json(exclude_none=True), str(spec.priority), spec.tenant]
+
+
+def cancel_args(job_id: str, ttl_s: int) -> list[str]:
+    return [job_id, str(ttl_s), event_fields(CancelledEvent())["data"]]
+
+
+def parse_entries(entries: Sequence[tuple[str, Mapping[str, str]]]) -> list[Event]:
+    return [parse_event(entry_id, dict(fields)) for entry_id, fields in entries]
+
+
+def read_reply_entries(reply: Any) -> list[tuple[str, Mapping[str, str]]]:
+    """XREAD's RESP2 reply for one stream: ``[[key, [(id, fields), ...]]]``, or None."""
+    return list(reply[0][1]) if reply else []
+
+
+def raise_for_outcome(result: JobResult) -> JobResult:
+    """Return a ``done`` job's result; raise the matching JobEnded for the other endings."""
+    if result.state is JobState.DONE:
+        return result
+    if result.state is JobState.ERROR:
+        raise JobFailed(result.error_code or "error", result.error_message or "", result)
+    if result.state is JobState.CANCELLED:
+        raise JobCancelled(f"job {result.job_id} was cancelled", result)
+    if result.state is JobState.EXPIRED:
+        raise JobExpired(f"job {result.job_id} expired: {result.error_message}", result)
+    raise AssertionError(f"raise_for_outcome on a job in state {result.state}")
+
+
+def remaining_ms(deadline: float | None) -> int:
+    """How long the next blocking read may wait, given the caller's monotonic deadline."""
+    if deadline is None:
+        return READ_BLOCK_MS
+    return max(1, min(READ_BLOCK_MS, int((deadline - time.monotonic()) * 1000)))

@@ -1,0 +1,53 @@
+"""The job service's settings: one frozen dataclass, validated once."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from producer.keys import DEFAULT_PREFIX
+
+
+class InvalidWorkerConfig(ValueError):
+    """A worker setting is out of range; the message names it."""
+
+
+def default_worker_name() -> str:
+    """Unique per process on a host: the consumer name in the workers' group."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    name: str = field(default_factory=default_worker_name)
+    prefix: str = DEFAULT_PREFIX
+    # Jobs this worker holds at once (running + waiting in its engine). None: the engine's
+    # max_num_seqs plus an eighth (at least 4) waiting behind them, so a finishing sequence is
+    # replaced at the next step without a Redis round trip, and the rest stay in Redis for others.
+    max_jobs: int | None = None
+    stream_interval: int = 1  # tokens per token event at most (the last event may hold fewer)
+    result_ttl_s: int = 24 * 3600  # result streams and status hashes live this long after the end
+    read_block_ms: int = 1000  # how long a blocking read waits before checking for shutdown
+    # Steps of events waiting for Redis at most; past it the model loop waits (bounded memory
+    # when Redis is slow or away) instead of buffering without end.
+    max_publish_backlog: int = 256
+    # Salt every job's prefix-cache blocks with its tenant (unless the job brings a cache_salt),
+    # so tenants never share cached prompts: no cross-tenant hits, and no timing side channel.
+    isolate_tenant_caches: bool = False
+    idle_wait_s: float = 0.05  # the model loop's sleep when it has nothing to run
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c.isspace() or c in '"\\' for c in self.name):
+            raise InvalidWorkerConfig("name must be non-empty, without spaces, quotes or \\")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise InvalidWorkerConfig("max_jobs must be >= 1")
+        if self.stream_interval < 1:
+            raise InvalidWorkerConfig("stream_interval must be >= 1")
+        if self.result_ttl_s < 1:
+            raise InvalidWorkerConfig("result_ttl_s must be >= 1")
+        if self.max_publish_backlog < 1:
+            raise InvalidWorkerConfig("max_publish_backlog must be >= 1")
+
+    def job_capacity(self, max_num_seqs: int) -> int:
+        return self.max_jobs or max_num_seqs + max(4, max_num_seqs // 8)

@@ -1,0 +1,220 @@
+"""A job inside this worker: what intake hands the model loop, and what the loop tracks.
+
+``ActiveJob`` turns the engine's per-step outputs for one job into the Redis commands of its
+events (token events coalesced to the stream interval, per choice, then one terminal event once
+every choice has ended), so the model loop itself stays a few lines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from producer.keys import Keys
+from producer.protocol import (
+    CancelledEvent,
+    ChoiceEnd,
+    DoneEvent,
+    ErrorEvent,
+    Timings,
+    TokenEvent,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+    event_fields,
+)
+from worker.engine.outputs import RequestOutput
+from worker.engine.sampler import TokenLogprobs
+from worker.engine.sampling_params import SamplingParams
+from worker.service.publisher import Command, expire, hset, xack, xadd
+
+_DONE_REASONS = ("stop", "length", "stop_string")
+Status = dict[str, str | int | float]
+
+
+@dataclass(frozen=True)
+class AdmittedJob:
+    """A job intake has claimed (``running``, ``started`` published), ready for the engine."""
+
+    job_id: str
+    entry_id: str  # its entry in the jobs stream: acknowledged after the terminal event
+    prompt_token_ids: tuple[int, ...]
+    params: SamplingParams
+    tenant: str
+    cache_salt: str | None
+    submitted_at: float  # Redis clock, unix s
+    started_at: float  # Redis clock, unix s
+    clock_offset_s: float  # Redis clock minus this host's time.time(), measured at the claim
+
+
+@dataclass
+class ChoiceStream:
+    """One choice's tokens not yet published, and where its next token event starts."""
+
+    choice: int
+    next_index: int = 0
+    finish_reason: str | None = None
+    ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+
+    def add(self, out: RequestOutput) -> None:
+        self.ids.extend(out.new_token_ids)
+        self.text.append(out.text_delta)
+        self.logprobs.extend(out.logprobs)
+        if out.finished:
+            self.finish_reason = str(out.finish_reason)
+
+    def take_event(self) -> TokenEvent:
+        logprobs = None
+        if self.logprobs:
+            logprobs = tuple(
+                TokenLogprob(
+                    token_id=lp.token_id,
+                    logprob=lp.logprob,
+                    rank=lp.rank,
+                    top=tuple(TopLogprob(token_id=t, logprob=v) for t, v in lp.top),
+                )
+                for lp in self.logprobs
+            )
+        event = TokenEvent(
+            choice=self.choice,
+            index=self.next_index,
+            text="".join(self.text),
+            token_ids=tuple(self.ids),
+            logprobs=logprobs,
+        )
+        self.next_index += len(self.ids)
+        self.ids, self.text, self.logprobs = [], [], []
+        return event
+
+
+@dataclass
+class ActiveJob:
+    job: AdmittedJob
+    keys: Keys
+    stream_interval: int
+    result_ttl_s: int
+    first_token_at: float | None = None
+    num_cached_tokens: int = 0
+    choices: list[ChoiceStream] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.choices = [ChoiceStream(i) for i in range(self.job.params.n)]
+
+    @property
+    def num_published_tokens(self) -> int:
+        return sum(c.next_index for c in self.choices)
+
+    @property
+    def finished(self) -> bool:
+        return all(c.finish_reason is not None for c in self.choices)
+
+    def now(self) -> float:
+        """This host's clock mapped onto Redis', so every timing uses one clock."""
+        return time.time() + self.job.clock_offset_s
+
+    def on_output(self, out: RequestOutput) -> list[Command]:
+        """The commands for one step's output of one choice: maybe a token event, and the
+        terminal event when it was the job's last running choice."""
+        choice = self.choices[out.index]
+        choice.add(out)
+        self.num_cached_tokens = max(self.num_cached_tokens, out.num_cached_tokens)
+        commands: list[Command] = []
+        aborted = out.finished and out.finish_reason not in _DONE_REASONS
+        if choice.ids and not aborted and (len(choice.ids) >= self.stream_interval or out.finished):
+            commands += self._token_event(choice)
+        if self.finished:
+            commands += self._terminal(out.num_prompt_tokens)
+        return commands
+
+    def _token_event(self, choice: ChoiceStream) -> list[Command]:
+        event = choice.take_event()
+        status: Status = {"completion_tokens": self.num_published_tokens}
+        if self.first_token_at is None:
+            self.first_token_at = self.now()
+            status["first_token_at"] = f"{self.first_token_at:.6f}"
+        return [
+            xadd(self.keys.events(self.job.job_id), event_fields(event)),
+            hset(self.keys.job(self.job.job_id), status),
+        ]
+
+    def usage(self, num_prompt_tokens: int) -> Usage:
+        n = self.num_published_tokens
+        return Usage(
+            prompt_tokens=num_prompt_tokens,
+            completion_tokens=n,
+            total_tokens=num_prompt_tokens + n,
+            cached_prompt_tokens=self.num_cached_tokens,
+        )
+
+    def _terminal(self, num_prompt_tokens: int) -> list[Command]:
+        finished_at = self.now()
+        usage = self.usage(num_prompt_tokens)
+        status: Status = {
+            "finished_at": f"{finished_at:.6f}",
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "cached_prompt_tokens": usage.cached_prompt_tokens,
+        }
+        reasons = [c.finish_reason for c in self.choices]
+        if any(r not in _DONE_REASONS for r in reasons):  # aborted: a client cancelled it
+            status["state"] = "cancelled"
+            return self.end_commands(event_fields(CancelledEvent(usage=usage)), status)
+        submitted = self.job.submitted_at
+        ttft = None if self.first_token_at is None else self.first_token_at - submitted
+        timings = Timings(
+            queued_s=self.job.started_at - submitted, ttft_s=ttft, total_s=finished_at - submitted
+        )
+        ends = None
+        if len(self.choices) > 1:
+            ends = tuple(
+                ChoiceEnd.model_validate(
+                    {
+                        "choice": c.choice,
+                        "finish_reason": c.finish_reason,
+                        "completion_tokens": c.next_index,
+                    }
+                )
+                for c in self.choices
+            )
+        done = DoneEvent(
+            finish_reason=reasons[0],  # type: ignore[arg-type]
+            usage=usage,
+            timings=timings,
+            choices=ends,
+        )
+        status.update(state="done", finish_reason=str(reasons[0]))
+        return self.end_commands(event_fields(done), status)
+
+    def fail(self, code: str, message: str) -> list[Command]:
+        event = ErrorEvent(code=code, message=message)
+        status: Status = {
+            "finished_at": f"{self.now():.6f}",
+            "state": "error",
+            "error_code": code,
+            "error_message": message,
+        }
+        return self.end_commands(event_fields(event), status)
+
+    def cancel(self) -> list[Command]:
+        """End a job the engine never saw (cancelled between intake and the model loop)."""
+        usage = self.usage(len(self.job.prompt_token_ids))
+        status: Status = {"state": "cancelled", "finished_at": f"{self.now():.6f}"}
+        return self.end_commands(event_fields(CancelledEvent(usage=usage)), status)
+
+    def end_commands(
+        self, fields: Mapping[str, str], status: Mapping[str, str | int | float]
+    ) -> list[Command]:
+        """Terminal event, final status, TTLs, then XACK and XDEL: in this order, one connection."""
+        job_id = self.job.job_id
+        return [
+            xadd(self.keys.events(job_id), fields),
+            hset(self.keys.job(job_id), status),
+            expire(self.keys.job(job_id), self.result_ttl_s),
+            expire(self.keys.events(job_id), self.result_ttl_s),
+            xack(self.keys.jobs, self.keys.group, self.job.entry_id),
+            # The jobs stream keeps only jobs not yet ended: no trimming can drop a pending one.
+            Command("XDEL", (self.keys.jobs, self.job.entry_id)),
+        ]

@@ -1,0 +1,174 @@
+"""The job worker: Redis Streams in, one continuous batch stepped, every token published.
+
+Three helper threads do the I/O (intake, cancels, publisher); the model loop on the calling
+thread only moves Python objects between queues and the engine, so a Redis round trip never
+stalls a step. The engine knows nothing of Redis; this class is the only place the two meet.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import redis
+import structlog
+
+from producer.keys import Keys
+from producer.protocol import ErrorCode
+from worker.engine.llm_engine import InvalidRequestError, LLMEngine
+from worker.service.cancels import CancelListener
+from worker.service.config import WorkerConfig
+from worker.service.intake import Intake, PromptLimits
+from worker.service.jobs import ActiveJob, AdmittedJob
+from worker.service.publisher import Command, Publisher
+from worker.service.slots import Slots
+
+log = structlog.get_logger("paternoster.worker")
+EARLY_CANCEL_TTL_S = 60.0  # how long a cancel for a job not (yet) seen here is remembered
+
+
+class JobWorker:
+    def __init__(
+        self, engine: LLMEngine, redis_url: str, config: WorkerConfig | None = None
+    ) -> None:
+        self.engine = engine
+        self.config = config = config or WorkerConfig()
+        self.keys = Keys(config.prefix)
+        # One connection per thread: a blocking read must not hold up the publisher. No socket
+        # timeout on the readers (they block by design); the publisher's bounds a hung write.
+        self._reader = redis.Redis.from_url(redis_url, decode_responses=True)
+        self._canceller = redis.Redis.from_url(redis_url, decode_responses=True)
+        self._writer = redis.Redis.from_url(
+            redis_url, decode_responses=True, socket_timeout=30, socket_connect_timeout=10
+        )
+        capacity = config.job_capacity(engine.config.scheduler.max_num_seqs)
+        self.slots = Slots(capacity)
+        self._admitted: queue.Queue[AdmittedJob] = queue.Queue()
+        self._cancel_ids: queue.Queue[str] = queue.Queue()
+        self._wake = threading.Event()
+        limits = PromptLimits(
+            _own_tokenizer(engine), engine.max_model_len, engine.model_config.vocab_size
+        )
+        self.intake = Intake(self._reader, config, limits, self.slots, self._admitted, self._wake)
+        self.cancels = CancelListener(
+            self._canceller, self.keys, self._cancel_ids, self._wake, config.read_block_ms
+        )
+        self.publisher = Publisher(self._writer, config.max_publish_backlog)
+        self.active: dict[str, ActiveJob] = {}
+        self._early_cancels: dict[str, float] = {}
+        self._aborts_pending = False  # the engine reports aborts at its next step: take one
+        self.num_steps = 0
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        """Serve until ``stop()``; then finish the jobs in hand and return."""
+        self.intake.ensure_group()
+        for thread in (self.publisher, self.cancels, self.intake):
+            thread.start()
+        log.info(
+            "worker_started",
+            worker=self.config.name,
+            prefix=self.config.prefix,
+            capacity=self.slots.capacity,
+            stream_interval=self.config.stream_interval,
+        )
+        try:
+            while not (self.stop_event.is_set() and not self.active and self._admitted.empty()):
+                self.step()
+        finally:
+            self.intake.stopping.set()
+            self.cancels.stopping.set()
+            self.publisher.close()
+            # Blocking reads return within read_block_ms; wait so no thread outlives run().
+            self.intake.join(timeout=self.config.read_block_ms / 1000 + 5)
+            self.cancels.join(timeout=self.config.read_block_ms / 1000 + 5)
+            log.info("worker_stopped", worker=self.config.name, steps=self.num_steps)
+
+    def stop(self) -> None:
+        """Stop taking jobs; ``run`` returns once the jobs already taken have ended."""
+        self.intake.stopping.set()
+        self.stop_event.set()
+        self._wake.set()
+
+    def step(self) -> None:
+        """One loop iteration: admit, cancel, run one engine step, hand its events over."""
+        self._admit()
+        self._apply_cancels()
+        if not (self.engine.has_unfinished() or self._aborts_pending):
+            self._wake.wait(self.config.idle_wait_s)
+            self._wake.clear()
+            return
+        self._aborts_pending = False
+        commands: list[Command] = []
+        for out in self.engine.step():
+            job = self.active.get(out.request_id)
+            if job is None:
+                continue
+            commands += job.on_output(out)
+            if job.finished:
+                self._end(job, str(out.finish_reason))
+        self.num_steps += 1
+        self.publisher.publish(commands)
+
+    def _admit(self) -> None:
+        while True:
+            try:
+                job = self._admitted.get_nowait()
+            except queue.Empty:
+                return
+            active = ActiveJob(
+                job, self.keys, self.config.stream_interval, self.config.result_ttl_s
+            )
+            if self._early_cancels.pop(job.job_id, None) is not None:
+                self.publisher.publish(active.cancel())
+                self._end(active, "abort")
+                continue
+            try:
+                self.engine.add_request(
+                    job.job_id,
+                    params=job.params,
+                    prompt_token_ids=job.prompt_token_ids,
+                    cache_salt=job.cache_salt,
+                )
+            except InvalidRequestError as exc:
+                self.publisher.publish(active.fail(ErrorCode.INVALID_PROMPT.value, str(exc)))
+                self._end(active, "error")
+                continue
+            self.active[job.job_id] = active
+
+    def _apply_cancels(self) -> None:
+        now = time.monotonic()
+        while True:
+            try:
+                job_id = self._cancel_ids.get_nowait()
+            except queue.Empty:
+                break
+            if job_id in self.active:
+                # The engine frees the blocks now and reports the abort in the next step.
+                self._aborts_pending |= self.engine.abort(job_id)
+                log.info("job_cancel_requested", job_id=job_id)
+            else:  # not here, or intake has claimed it and not handed it over yet
+                self._early_cancels[job_id] = now
+        for job_id, seen in list(self._early_cancels.items()):
+            if now - seen > EARLY_CANCEL_TTL_S:
+                del self._early_cancels[job_id]
+
+    def _end(self, job: ActiveJob, reason: str) -> None:
+        self.active.pop(job.job.job_id, None)
+        self.slots.give(1)
+        log.info(
+            "job_finished",
+            job_id=job.job.job_id,
+            reason=reason,
+            completion_tokens=job.num_published_tokens,
+            total_s=round(job.now() - job.job.submitted_at, 6),
+        )
+
+
+def _own_tokenizer(engine: LLMEngine) -> object:
+    """A second tokenizer for the intake thread: HF fast tokenizers may fail with 'Already
+    borrowed' when one instance is used from two threads at once."""
+    from worker.models.loader import load_tokenizer
+
+    return load_tokenizer(engine.model_dir)
