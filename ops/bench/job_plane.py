@@ -7,10 +7,11 @@ Systems, each on a fresh engine with the same config, one after another in this 
 (``--rounds 2`` alternates them twice; the machine is noisy):
 
 - ``engine``: `LLMEngine`, every request added at once, stepped to completion.
-- ``redis``: a `JobWorker` (on a thread of this process, as in production: the model loop plus
-  intake, cancel and publisher threads) on ``REDIS_URL`` or an embedded Redis; a producer
-  submits every job at once, and one client thread follows all result streams with XREAD until
-  each has its terminal event. Timed from the first submit to the last terminal event read.
+- ``redis``: a `JobWorker` (the model loop on the thread that built the engine, plus its
+  intake, cancel and publisher threads) on ``REDIS_URL`` or an embedded Redis; a client process
+  (``job_client.py``) submits every job at once and follows all result streams with one XREAD
+  loop until each has its terminal event. Timed from the first submit to the last terminal
+  event read, by the client.
 
 The workload is ``ops/bench/engine.py``'s (random token ids, forced output lengths, greedy).
 Both systems must produce the same tokens. Reported: output tok/s, the ratio redis/engine, and
@@ -23,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -38,9 +41,7 @@ import engine as engine_bench
 import redis
 import torch
 
-from producer import Producer
 from producer.connection import resolve_redis_url
-from producer.protocol import TokenEvent, is_terminal, parse_event
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
@@ -93,63 +94,62 @@ def command_calls(client: redis.Redis) -> dict[str, int]:
     return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
 
 
-def follow_all(client: redis.Redis, keys: dict[str, str], outputs: dict[str, list[int]]) -> None:
-    """One reader for every job's stream (as a web server's event loop would), until all end."""
-    last = {keys[rid]: "0" for rid in keys}
-    by_key = {v: k for k, v in keys.items()}
-    while last:
-        reply: Any = client.xread(last, count=1024, block=1000)
-        for key, entries in reply or []:
-            for entry_id, fields in entries:
-                event = parse_event(entry_id, fields)
-                last[key] = entry_id
-                if isinstance(event, TokenEvent):
-                    outputs[by_key[key]].extend(event.token_ids)
-                if is_terminal(event):
-                    if event.type != "done":
-                        raise RuntimeError(f"{by_key[key]} ended {event.type}: {event}")
-                    del last[key]
-
-
 def run_redis(args: argparse.Namespace, workload: Workload, url: str) -> dict[str, Any]:
+    """The worker loop runs on this thread, which built the engine (as ``paternoster worker``
+    does: one OpenMP team; stepping on another thread made a second team and cost 30% here);
+    the client is a process of its own, as a web app is (in this process its GIL traffic alone
+    cost ~10% of throughput)."""
     engine = make_engine(args)
     prefix = f"pn-bench-{uuid.uuid4().hex[:8]}"
-    config = WorkerConfig(prefix=prefix, stream_interval=args.stream_interval)
-    worker = JobWorker(engine, url, config)
-    thread = threading.Thread(target=worker.run, name="bench-worker")
-    thread.start()
-    producer = Producer(url, prefix=prefix)
+    worker = JobWorker(
+        engine, url, WorkerConfig(prefix=prefix, stream_interval=args.stream_interval)
+    )
     reader = redis.Redis.from_url(url, decode_responses=True)
-    outputs: dict[str, list[int]] = {r.request_id: [] for r in workload}
-    keys = {r.request_id: producer.keys.events(r.request_id) for r in workload}
-    try:
-        time.sleep(0.5)  # let the worker's threads reach their blocking reads
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = [
+            {"id": r.request_id, "prompt_ids": list(r.prompt_ids), "output_len": r.output_len}
+            for r in workload
+        ]
+        (Path(tmp) / "jobs.json").write_text(json.dumps(jobs))
         calls_before = command_calls(reader)
-        start = time.perf_counter()
-        for r in workload:
-            producer.submit(
-                job_id=r.request_id,
-                prompt_token_ids=list(r.prompt_ids),
-                max_tokens=r.output_len,
-                temperature=0.0,
-                ignore_eos=True,
-            )
-        follow_all(reader, keys, outputs)
-        wall = time.perf_counter() - start
-        worker.publisher.flush()
+        client = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("job_client.py")),
+                str(Path(tmp) / "jobs.json"),
+                str(Path(tmp) / "out.json"),
+                "--redis-url",
+                url,
+                "--prefix",
+                prefix,
+            ]
+        )
+
+        def stop_when_client_exits() -> None:
+            client.wait()
+            worker.stop()
+
+        watcher = threading.Thread(target=stop_when_client_exits, daemon=True)
+        watcher.start()
+        try:
+            worker.run()
+        finally:
+            if client.poll() is None:
+                client.kill()
+            for key in reader.scan_iter(f"{prefix}:*"):
+                reader.delete(key)
+        if client.returncode != 0:
+            raise RuntimeError(f"the bench client failed with exit code {client.returncode}")
         calls_after = command_calls(reader)
-    finally:
-        worker.stop()
-        thread.join()
-        for key in reader.scan_iter(f"{prefix}:*"):
-            reader.delete(key)
+        result = json.loads((Path(tmp) / "out.json").read_text())
     delta = {k: v - calls_before.get(k, 0) for k, v in calls_after.items()}
-    delta = {k: v for k, v in delta.items() if v > 0 and k not in ("info",)}
+    delta = {k: v for k, v in delta.items() if v > 0 and k not in ("info", "scan", "del")}
     stats = worker.publisher.stats
     return {
-        "wall_s": wall,
+        "wall_s": result["wall_s"],
         "steps": worker.num_steps,
-        "outputs": outputs,
+        "outputs": result["outputs"],
+        "client_reads": result["reads"],
         "redis_calls": delta,
         "publish_round_trips": stats.round_trips,
         "publish_commands": stats.commands,

@@ -64,11 +64,13 @@ def events_of(commands: list[Command]) -> list[object]:
 def test_tokens_coalesce_to_the_interval_and_the_end_flushes_the_rest() -> None:
     job = make_job(interval=2)
     assert job.on_output(out([5], "a", total=1)) == []  # one token waits for a second
-    first = events_of(job.on_output(out([6], "b", total=2)))
+    first_commands = job.on_output(out([6], "b", total=2))
+    assert [c.name for c in first_commands] == ["XADD", "HSET"]  # first_token_at
+    first = events_of(first_commands)
     assert [(e.index, e.token_ids, e.text) for e in first] == [(0, (5, 6), "ab")]  # type: ignore[attr-defined]
     last = job.on_output(out([7], "c", finished="length", total=3))
     names = [c.name for c in last]
-    assert names == ["XADD", "HSET", "XADD", "HSET", "EXPIRE", "EXPIRE", "XACK", "XDEL"]
+    assert names == ["XADD", "XADD", "HSET", "EXPIRE", "EXPIRE", "XACK", "XDEL"]
     token, done = events_of(last)
     assert isinstance(token, TokenEvent) and token.index == 2 and token.token_ids == (7,)
     assert isinstance(done, DoneEvent) and done.usage.completion_tokens == 3
@@ -97,3 +99,14 @@ def test_a_result_skips_repeated_token_events() -> None:
     b = TokenEvent(index=2, text="lo", token_ids=(3,))
     result = JobResult.from_events("j", [a, b, a, b])  # a retried write repeats events
     assert result.text == "Hello" and result.token_ids == [1, 2, 3]
+
+
+def test_status_progress_is_written_every_16_tokens() -> None:
+    job = make_job(interval=1)
+    hsets = []
+    for i in range(40):
+        commands = job.on_output(out([i], "x", total=i + 1))
+        hsets += [
+            dict(zip(c.args[1::2], c.args[2::2], strict=True)) for c in commands if c.name == "HSET"
+        ]
+    assert [h.get("completion_tokens") for h in hsets] == [1, 16, 32]

@@ -1,0 +1,48 @@
+"""The job-plane and prefix-cache benchmarks run end to end on the tiny model, so they cannot
+silently rot (their numbers come from the bundled model, in BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "ops" / "bench"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"paternoster_bench_{name}", BENCH_DIR / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_job_plane_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
+    # The bench uses REDIS_URL (CI: the Redis 7 on 127.0.0.1), else an embedded server.
+    bench = load("job_plane")
+    args = ["--model", str(tiny_model_dir), "--num-requests", "4", "--scale", "0.05"]
+    args += ["--threads", str(torch.get_num_threads()), "--kv-cache-bytes", str(16 << 20)]
+    report = bench.main([*args, "--out", str(tmp_path / "out.json")])
+    (round_,) = report["rounds"]  # main() raises if the two systems' tokens differ
+    assert round_["redis_over_engine"] > 0
+    redis_run = round_["redis"]
+    assert redis_run["redis_calls"]["xadd"] >= report["workload"]["output_tokens"] > 0
+    assert redis_run["redis_commands_per_token"] > 0
+    assert redis_run["publish_round_trips"] <= redis_run["steps"]
+
+
+def test_prefix_cache_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
+    bench = load("prefix_cache")
+    args = ["--model", str(tiny_model_dir), "--jobs", "4", "--system-tokens", "40"]
+    args += ["--output-tokens", "3", "--threads", str(torch.get_num_threads())]
+    args += ["--kv-cache-bytes", str(16 << 20), "--out", str(tmp_path / "out.json")]
+    report = bench.main(args)
+    off, on = report["runs"]["off"], report["runs"]["on"]
+    assert on["prompt_tokens_computed"] < off["prompt_tokens_computed"]
