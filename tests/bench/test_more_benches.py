@@ -41,7 +41,9 @@ def test_job_plane_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
 def test_prefix_cache_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
     bench = load("prefix_cache")
     args = ["--model", str(tiny_model_dir), "--jobs", "4", "--system-tokens", "40"]
+    # A 64-token step budget prefills one ~75-token prompt per step: later jobs find its blocks.
     args += ["--output-tokens", "3", "--threads", str(torch.get_num_threads())]
+    args += ["--max-num-seqs", "8", "--max-num-batched-tokens", "64"]
     args += ["--kv-cache-bytes", str(16 << 20), "--out", str(tmp_path / "out.json")]
     report = bench.main(args)
     off, on = report["runs"]["off"], report["runs"]["on"]
