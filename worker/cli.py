@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from gateway.cli import add_gateway_command
 from producer.cli import add_producer_commands, add_sampling_arguments, sampling_fields
 
 
@@ -210,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_arguments(demo)
     demo.set_defaults(func=cmd_demo)
     add_producer_commands(sub)
+    add_gateway_command(sub)
     return parser
 
 

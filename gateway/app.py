@@ -1,0 +1,40 @@
+"""``create_app``: the FastAPI application, one ``AsyncProducer`` shared by every request."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from gateway import jobs, openai_api
+from gateway.config import GatewayConfig
+from gateway.errors import install_error_handlers
+from producer import AsyncProducer
+
+
+def create_app(config: GatewayConfig | None = None) -> FastAPI:
+    """The gateway for ``config`` (default: from the environment). Redis is connected at
+    startup, inside the server's event loop, since an asyncio client belongs to one loop."""
+    config = config or GatewayConfig.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        producer = AsyncProducer(config.redis_url, prefix=config.prefix)
+        app.state.producer = producer
+        try:
+            yield
+        finally:
+            await producer.aclose()
+
+    app = FastAPI(
+        title="Paternoster gateway",
+        summary="Generation jobs over Redis Streams: a native job API and an OpenAI-compatible one",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.config = config
+    install_error_handlers(app)
+    app.include_router(jobs.router)
+    app.include_router(openai_api.router)
+    return app

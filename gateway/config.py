@@ -1,0 +1,59 @@
+"""The gateway's settings: one frozen dataclass, with the environment read here and nowhere else."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOKENS_ENV = "PATERNOSTER_GATEWAY_TOKENS"  # path to a JSON file {token: tenant}
+MODEL_NAME_ENV = "PATERNOSTER_GATEWAY_MODEL"
+DEFAULT_MODEL_NAME = "paternoster"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """What ``create_app`` needs. ``tokens`` empty: no auth, and a request may name its tenant."""
+
+    redis_url: str | None = None  # None: REDIS_URL, else the embedded server
+    prefix: str | None = None  # None: PATERNOSTER_PREFIX, else "paternoster"
+    model_name: str = DEFAULT_MODEL_NAME
+    tokens: Mapping[str, str] = field(default_factory=dict)  # bearer token -> tenant
+    # OpenAI's chat API has no max_tokens default of its own we could copy (it runs to the
+    # context's end); 256 keeps a forgotten limit from holding a batch slot for minutes.
+    default_max_tokens: int = 256
+    # A non-streaming OpenAI request waits this long for its job, then 504s and cancels it.
+    request_timeout_s: float = 600.0
+    # A comment line on an idle SSE stream this often: proxies keep it open, and a client that
+    # left is noticed at the next write even where the server does not report disconnects.
+    sse_ping_s: float = 15.0
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.tokens)
+
+    @classmethod
+    def from_env(cls, tokens_file: str | None = None, **overrides: object) -> GatewayConfig:
+        """Settings from the environment; ``tokens_file`` (else ``PATERNOSTER_GATEWAY_TOKENS``)
+        turns auth on. ``overrides`` that are None are ignored, so CLI flags pass straight in."""
+        path = tokens_file or os.environ.get(TOKENS_ENV)
+        values: dict[str, object] = {"model_name": os.environ.get(MODEL_NAME_ENV) or None}
+        values["tokens"] = load_tokens(Path(path)) if path else None
+        values.update(overrides)
+        return cls(**{k: v for k, v in values.items() if v is not None})  # type: ignore[arg-type]
+
+
+def load_tokens(path: Path) -> dict[str, str]:
+    """``{token: tenant}`` from a JSON file; ValueError (the CLI's exit 2) when malformed."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"tokens file {path}: not JSON: {exc}") from exc
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"tokens file {path}: expected a non-empty object {{token: tenant}}")
+    for token, tenant in data.items():
+        if not token or not isinstance(tenant, str) or not tenant:
+            raise ValueError(f"tokens file {path}: each token needs a non-empty tenant string")
+    return dict(data)

@@ -1,0 +1,99 @@
+"""Errors as HTTP responses: one JSON shape for both APIs, and a status for every client mistake.
+
+The shape is OpenAI's (``{"error": {"message", "type", "code", "param"}}``) so its clients show
+our messages as they show theirs; native-API errors add fields such as the job's ``state``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from producer import InvalidJob, JobNotFound, JobTimeout
+from producer.errors import JobEnded, JobFailed
+
+# The worker's error codes that mean "your request", not "our failure" (protocol.ErrorCode).
+CLIENT_ERROR_CODES = frozenset(
+    {"malformed_json", "unsupported_schema_version", "invalid_request", "prompt_too_long",
+     "invalid_prompt"}
+)  # fmt: skip
+
+
+class ApiError(Exception):
+    """Raised by a route to answer ``status`` with the error body; ``extra`` joins the body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(message)
+        self.headers = headers
+        self.status, self.message, self.type, self.code, self.extra = (
+            status, message, type_, code, extra
+        )  # fmt: skip
+
+    def response(self) -> JSONResponse:
+        body = {"message": self.message, "type": self.type, "code": self.code, "param": None}
+        error = {"error": {**body, **self.extra}}
+        return JSONResponse(error, status_code=self.status, headers=self.headers)
+
+
+def job_ended_error(exc: JobEnded) -> ApiError:
+    """The error for a job that ended without ``done``, carrying its state and partial text."""
+    result = exc.result
+    extra: dict[str, Any] = {"job_id": result.job_id, "state": str(result.state)}
+    extra["text"] = result.text  # what it produced before it ended
+    if isinstance(exc, JobFailed):
+        client = exc.code in CLIENT_ERROR_CODES
+        status, type_ = (400, "invalid_request_error") if client else (502, "worker_error")
+        return ApiError(status, str(exc), type_=type_, code=exc.code, **extra)
+    # Cancelled or expired: the request was fine, the job is gone; 409 says "not in that state".
+    return ApiError(409, str(exc), type_="job_ended", code=str(result.state), **extra)
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """One line naming each bad field, like the producer's ``validation_message``."""
+    parts = []
+    for e in list(exc.errors())[:5]:
+        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "request"
+        parts.append(f"{where}: {str(e.get('msg', 'invalid')).removeprefix('Value error, ')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return exc.response()
+
+    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return ApiError(422, validation_message(exc), code="validation_error").response()
+
+    async def on_invalid_job(_: Request, exc: Exception) -> JSONResponse:
+        return ApiError(422, str(exc), code="invalid_job").response()
+
+    async def on_not_found(_: Request, exc: Exception) -> JSONResponse:
+        return ApiError(404, str(exc), code="job_not_found").response()
+
+    async def on_timeout(_: Request, exc: Exception) -> JSONResponse:
+        return ApiError(504, str(exc), type_="timeout", code="timeout").response()
+
+    async def on_job_ended(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, JobEnded)
+        return job_ended_error(exc).response()
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(InvalidJob, on_invalid_job)
+    app.add_exception_handler(JobNotFound, on_not_found)
+    app.add_exception_handler(JobTimeout, on_timeout)
+    app.add_exception_handler(JobEnded, on_job_ended)

@@ -1,0 +1,114 @@
+"""The native API: submit, status, result, cancel and server-sent events over the job plane.
+
+Each route is a thin call into ``AsyncProducer``; the producer's exceptions become HTTP errors
+in ``errors.install_error_handlers`` (JobNotFound 404, InvalidJob 422, JobTimeout 504, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from gateway.auth import Caller, caller
+from gateway.errors import ApiError
+from gateway.events import EVENT_ID_PATTERN, SSE_HEADERS, SSE_PING, event_sse, follow
+from gateway.job_models import CancelOutcome, JobCreated, JobRequest, ResultBody
+from producer import AsyncProducer, JobNotFound, JobStatus
+from producer.keys import is_valid_job_id
+
+MAX_RESULT_WAIT_S = 3600.0
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+CallerDep = Annotated[Caller, Depends(caller)]
+
+
+def producer_of(request: Request) -> AsyncProducer:
+    producer: AsyncProducer = request.app.state.producer
+    return producer
+
+
+async def visible_status(request: Request, who: Caller, job_id: str) -> JobStatus:
+    """The job's status, or JobNotFound when it does not exist or belongs to another tenant
+    (a 404 either way: a 403 would tell a caller that some other tenant's id exists)."""
+    if not is_valid_job_id(job_id):
+        raise JobNotFound(job_id)
+    status = await producer_of(request).status(job_id)
+    if not who.may_see(status.tenant):
+        raise JobNotFound(job_id)
+    return status
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobCreated,
+    responses={200: {"model": JobCreated, "description": "a job with this id existed"}},
+)
+async def submit_job(body: JobRequest, request: Request, who: CallerDep) -> JSONResponse:
+    """Enqueue a job: 201 when created, 200 when a job with ``job_id`` already existed."""
+    spec = body.to_spec(who.tenant_for(body.tenant))
+    handle = await producer_of(request).submit_spec(spec)
+    content = JobCreated(job_id=handle.job_id, created=handle.created).model_dump()
+    return JSONResponse(content, status_code=201 if handle.created else 200)
+
+
+@router.get("/{job_id}", response_model=JobStatus)
+async def job_status(job_id: str, request: Request, who: CallerDep) -> JobStatus:
+    """The job's status hash: state, times, worker, token counts, error."""
+    return await visible_status(request, who, job_id)
+
+
+@router.get("/{job_id}/result", response_model=ResultBody)
+async def job_result(
+    job_id: str,
+    request: Request,
+    who: CallerDep,
+    timeout_s: Annotated[float, Query(ge=0, le=MAX_RESULT_WAIT_S)] = 30.0,
+) -> ResultBody:
+    """Wait up to ``timeout_s`` for the job to end: 200 with its text when done; 400/502 for an
+    error, 409 for cancelled or expired (the body carries ``state``); 504 when still running."""
+    await visible_status(request, who, job_id)
+    result = await producer_of(request).result(job_id, timeout_s=timeout_s)
+    return ResultBody.from_result(result)
+
+
+@router.post("/{job_id}/cancel", response_model=CancelOutcome)
+async def cancel_job(job_id: str, request: Request, who: CallerDep) -> CancelOutcome:
+    """Cancel: a queued job ends now, a running one within a step of its worker."""
+    await visible_status(request, who, job_id)
+    outcome = await producer_of(request).cancel(job_id)
+    return CancelOutcome(job_id=job_id, outcome=outcome)
+
+
+@router.get(
+    "/{job_id}/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "the job's events"}},
+)
+async def job_events(
+    job_id: str,
+    request: Request,
+    who: CallerDep,
+    from_event: Annotated[str | None, Query(description="resume after this event id")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> StreamingResponse:
+    """The job's events as server-sent events (``id:`` the event id, ``event:`` its type,
+    ``data:`` its JSON), from the start or after ``Last-Event-ID`` / ``from_event``, until the
+    terminal event."""
+    # The header wins: a reconnecting EventSource sends the newest id it saw, while the query
+    # string still holds where the page first asked to start.
+    start = last_event_id or from_event or "0"
+    if not EVENT_ID_PATTERN.match(start):
+        raise ApiError(422, f"invalid event id {start!r}: expected e.g. 1700000000000-0")
+    await visible_status(request, who, job_id)
+    producer = producer_of(request)
+    idle_s = request.app.state.config.sse_ping_s
+
+    async def frames() -> AsyncIterator[str]:
+        async for event in follow(producer, job_id, start, idle_s):
+            yield SSE_PING if event is None else event_sse(event)
+
+    return StreamingResponse(frames(), media_type="text/event-stream", headers=SSE_HEADERS)
