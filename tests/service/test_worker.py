@@ -238,3 +238,24 @@ def test_a_repeated_prompt_reports_cached_tokens_unless_tenants_are_isolated(
             assert usage is not None
             assert (usage.cached_prompt_tokens > 0) is expected_hit, (isolate, usage)
             assert p.status(again.job_id).cached_prompt_tokens == usage.cached_prompt_tokens
+
+
+def test_an_unexpected_failure_preparing_a_job_fails_that_job_only(
+    engine: LLMEngine, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.service import intake
+
+    real = intake.encode_prompt
+
+    def flaky(tokenizer: object, prompt: object, *args: object) -> list[int]:
+        if prompt == "explode":
+            raise RuntimeError("tokenizer blew up")
+        return real(tokenizer, prompt, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(intake, "encode_prompt", flaky)
+    with running_worker(engine, redis_url, prefix), Producer(redis_url, prefix=prefix) as p:
+        bad = p.submit("explode", max_tokens=3)
+        with pytest.raises(JobFailed) as exc_info:
+            bad.result(timeout_s=30)
+        assert exc_info.value.code == "internal" and "tokenizer blew up" in str(exc_info.value)
+        assert_serves_on(p)

@@ -157,8 +157,21 @@ class Intake(threading.Thread):
                 continue
             self._slots.give(got - len(entries))
             for entry_id, fields in entries:
-                if not self._take(entry_id, fields):
+                if not self._take_safely(entry_id, fields):
                     self._slots.give(1)
+
+    def _take_safely(self, entry_id: str, fields: Mapping[str, str]) -> bool:
+        """``_take``, but no error ends the intake thread: a dead intake would leave a live
+        process that never takes another job."""
+        try:
+            return self._take(entry_id, fields)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # The entry stays pending in the group: it is not lost, only not started here.
+            log.warning("intake_claim_failed", entry_id=entry_id, error=str(exc))
+            time.sleep(1.0)
+        except Exception as exc:
+            log.exception("intake_failed", entry_id=entry_id, error=repr(exc))
+        return False
 
     def _read(self, count: int) -> list[tuple[str, Mapping[str, str]]]:
         reply: Any = self._redis.xreadgroup(
@@ -187,6 +200,12 @@ class Intake(threading.Thread):
             return False
         except InvalidSamplingParams as exc:
             self._reject(entry_id, job_id, ErrorCode.INVALID_REQUEST, str(exc))
+            return False
+        except Exception as exc:  # e.g. a tokenizer failing on some input: this job, not us
+            log.exception("job_parse_failed", job_id=job_id)
+            self._reject(
+                entry_id, job_id, ErrorCode.INTERNAL, f"could not prepare the job: {exc!r}"
+            )
             return False
         deadline = "" if spec.deadline is None else repr(spec.deadline)
         expired = event_fields(ExpiredEvent(message="deadline passed before the job started"))
