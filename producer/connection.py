@@ -57,9 +57,10 @@ class EmbeddedRedis:
         self._server._cleanup()
 
 
-def resolve_redis_url() -> tuple[str, EmbeddedRedis | None]:
-    """``REDIS_URL``, else the embedded server's URL and the server (keep it while you use it)."""
-    url = redis_url_from_env()
+def resolve_redis_url(url: str | None = None) -> tuple[str, EmbeddedRedis | None]:
+    """``url`` when given, else ``REDIS_URL``, else the embedded server's URL and the server
+    (keep it while you use it)."""
+    url = url or redis_url_from_env()
     if url:
         return url, None
     server = EmbeddedRedis()
@@ -76,7 +77,5 @@ def open_client(
     (returned too: keep it while the client is in use)."""
     if client is not None:
         return client, None
-    embedded = None
-    if redis_url is None:
-        redis_url, embedded = resolve_redis_url()
-    return from_url(redis_url), embedded
+    url, embedded = resolve_redis_url(redis_url)
+    return from_url(url), embedded

@@ -144,7 +144,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from worker.service.worker import JobWorker
 
     configure_logging(args.log_level)
-    url, embedded = (args.redis_url, None) if args.redis_url else resolve_redis_url()
+    url, embedded = resolve_redis_url(args.redis_url)
     config = WorkerConfig(
         name=args.name or default_worker_name(),
         prefix=args.prefix or key_prefix_from_env(),
@@ -175,7 +175,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from worker.service.logs import configure_logging
 
     configure_logging("warning")  # the demo's own output is the point; job logs would bury it
-    url, embedded = (args.redis_url, None) if args.redis_url else resolve_redis_url()
+    url, embedded = resolve_redis_url(args.redis_url)
     try:
         return run_demo(LLMEngine(engine_config(args)), url)
     finally:
