@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 # Run as a script: put the repository first so `worker` imports without an install.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -570,14 +570,17 @@ HF_RUNNERS: dict[str, Runner] = {
 }
 
 
-def in_worker_thread(fn: Callable[[], SystemResult]) -> SystemResult:
+T = TypeVar("T")
+
+
+def in_worker_thread(fn: Callable[[], T]) -> T:
     """Run ``fn`` on a fresh thread, as HF continuous batching runs its loop, so every system
     gets the same OpenMP behaviour. libgomp spins 300k rounds at a barrier, but only 1k once it
     manages more threads than CPUs (as soon as a second thread has a team). With other
     processes on the 2 cores, full spinning made main-thread systems 10-20x slower (a toy MLP
     loop: 12.4 s on the main thread, 1.6 s on a second thread, 1.5 s with OMP_WAIT_POLICY=passive)
     while HF's own thread was unaffected."""
-    box: list[SystemResult] = []
+    box: list[T] = []
     errors: list[BaseException] = []
 
     def target() -> None:

@@ -198,9 +198,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
         print(f"round {i + 1}: engine ...", flush=True)
-        eng = engine_bench.in_worker_thread(lambda: run_engine(args, workload))  # type: ignore[arg-type,return-value]
+        eng = engine_bench.in_worker_thread(lambda: run_engine(args, workload))
         print(f"  engine {eng['wall_s']:.1f} s; redis ...", flush=True)
-        red = engine_bench.in_worker_thread(lambda: run_redis(args, workload, url))  # type: ignore[arg-type,return-value]
+        red = engine_bench.in_worker_thread(lambda: run_redis(args, workload, url))
         print(f"  redis {red['wall_s']:.1f} s", flush=True)
         if red["outputs"] != eng["outputs"]:
             raise RuntimeError("the Redis path produced different tokens from the engine")

@@ -23,22 +23,21 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 # Run as a script: put the repository first so `worker` imports without an install.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.append(str(Path(__file__).resolve().parent))  # after the repo: `kernels` stays ours
 
 import torch
+from engine import in_worker_thread  # ops/bench/engine.py: the same thread rule for every bench
 
 from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
-
-T = TypeVar("T")
 
 TOPICS = (
     "billing", "refunds", "shipping", "passwords", "privacy", "outages", "pricing", "invoices",
@@ -146,26 +145,6 @@ def run_once(args: argparse.Namespace, caching: bool) -> dict[str, Any]:
     }
 
 
-def on_fresh_thread(fn: Callable[[], T]) -> T:
-    """Run ``fn`` on a new thread: libgomp spins far less at barriers there, which on a busy
-    2-core machine made main-thread runs 10-20x slower (see in_worker_thread in engine.py)."""
-    box: list[T] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            box.append(fn())
-        except BaseException as e:  # re-raised on the caller's thread
-            errors.append(e)
-
-    thread = threading.Thread(target=target, name="bench-run")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return box[0]
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="HF directory or .gguf; default the bundled SmolLM2-135M")
@@ -188,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs = {}
     for name, caching in (("off", False), ("on", True)):
         print(f"prefix caching {name} ...", flush=True)
-        runs[name] = on_fresh_thread(lambda c=caching: run_once(args, c))  # type: ignore[misc]
+        runs[name] = in_worker_thread(lambda c=caching: run_once(args, c))  # type: ignore[misc]
         gc.collect()  # drop this engine's KV pool before the next allocates its own
     off, on = runs["off"], runs["on"]
     same = sum(off["tokens"][rid] == on["tokens"][rid] for rid in off["tokens"])
