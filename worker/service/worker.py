@@ -149,10 +149,15 @@ class JobWorker:
                 self._aborts_pending |= self.engine.abort(job_id)
                 log.info("job_cancel_requested", job_id=job_id)
             else:  # not here, or intake has claimed it and not handed it over yet
+                self._early_cancels.pop(job_id, None)  # re-insert: the dict stays oldest-first
                 self._early_cancels[job_id] = now
-        for job_id, seen in list(self._early_cancels.items()):
-            if now - seen > EARLY_CANCEL_TTL_S:
-                del self._early_cancels[job_id]
+        # Every worker hears every cancel in the cluster; drop the expired ones from the oldest
+        # end instead of scanning them all each step.
+        while self._early_cancels:
+            oldest = next(iter(self._early_cancels))
+            if now - self._early_cancels[oldest] <= EARLY_CANCEL_TTL_S:
+                break
+            del self._early_cancels[oldest]
 
     def _end(self, job: ActiveJob, reason: str) -> None:
         self.active.pop(job.job.job_id, None)
