@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from gateway import jobs, openai_api
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
+from gateway.status import router as status_router
 from producer import AsyncProducer
 
 
@@ -37,4 +38,5 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(openai_api.router)
+    app.include_router(status_router)  # /status page and /v1/status
     return app

@@ -6,6 +6,7 @@ our messages as they show theirs; native-API errors add fields such as the job's
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -13,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from producer import InvalidJob, JobNotFound, JobTimeout
-from producer.errors import JobEnded, JobFailed
+from producer.errors import JobEnded, JobFailed, Overloaded
 
 # The worker's error codes that mean "your request", not "our failure" (protocol.ErrorCode).
 CLIENT_ERROR_CODES = frozenset(
@@ -60,6 +61,24 @@ def job_ended_error(exc: JobEnded) -> ApiError:
     return ApiError(409, str(exc), type_="job_ended", code=str(result.state), **extra)
 
 
+def overloaded_error(exc: Overloaded) -> ApiError:
+    """429 with ``Retry-After`` (whole seconds, at least 1: the header takes no fractions).
+    OpenAI's code for a 429, so its clients back off as they do for OpenAI; the body adds
+    which limit refused the job."""
+    retry_after = max(1, math.ceil(exc.retry_after_s))
+    return ApiError(
+        429,
+        str(exc),
+        type_="rate_limit_error",
+        code="rate_limit_exceeded",
+        headers={"Retry-After": str(retry_after)},
+        scope=exc.scope,
+        kind=exc.kind,
+        current=exc.current,
+        limit=exc.limit,
+    )
+
+
 def validation_message(exc: RequestValidationError) -> str:
     """One line naming each bad field, like the producer's ``validation_message``."""
     parts = []
@@ -96,4 +115,10 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(InvalidJob, on_invalid_job)
     app.add_exception_handler(JobNotFound, on_not_found)
     app.add_exception_handler(JobTimeout, on_timeout)
+
+    async def on_overloaded(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, Overloaded)
+        return overloaded_error(exc).response()
+
     app.add_exception_handler(JobEnded, on_job_ended)
+    app.add_exception_handler(Overloaded, on_overloaded)

@@ -29,7 +29,10 @@ class JobRequest(BaseModel):
     prompt_token_ids: list[int] | None = None
     sampling: SamplingSpec | None = None
     job_id: str | None = Field(default=None, description="idempotency key: same id, same job")
-    priority: int | None = Field(default=None, description="lower is more urgent, -100..100")
+    priority: int | str | None = Field(
+        default=None,
+        description="-100..100, lower is more urgent; or interactive, default, batch",
+    )
     tenant: str | None = Field(default=None, description="ignored when auth is on: the token's")
     deadline_s: float | None = Field(default=None, gt=0, description="not started by then: expired")
     metadata: dict[str, Any] | None = None

@@ -1,7 +1,8 @@
 """The native API: submit, status, result, cancel and server-sent events over the job plane.
 
 Each route is a thin call into ``AsyncProducer``; the producer's exceptions become HTTP errors
-in ``errors.install_error_handlers`` (JobNotFound 404, InvalidJob 422, JobTimeout 504, ...).
+in ``errors.install_error_handlers`` (JobNotFound 404, InvalidJob 422, Overloaded 429 with
+``Retry-After``, JobTimeout 504, ...).
 """
 
 from __future__ import annotations
@@ -45,10 +46,14 @@ async def visible_status(request: Request, who: Caller, job_id: str) -> JobStatu
     "",
     status_code=201,
     response_model=JobCreated,
-    responses={200: {"model": JobCreated, "description": "a job with this id existed"}},
+    responses={
+        200: {"model": JobCreated, "description": "a job with this id existed"},
+        429: {"description": "an admission limit refused the job; retry after Retry-After s"},
+    },
 )
 async def submit_job(body: JobRequest, request: Request, who: CallerDep) -> JSONResponse:
-    """Enqueue a job: 201 when created, 200 when a job with ``job_id`` already existed."""
+    """Enqueue a job: 201 when created, 200 when a job with ``job_id`` already existed, 429
+    (nothing enqueued) when a queue is full: the body says which limit."""
     spec = body.to_spec(who.tenant_for(body.tenant))
     handle = await producer_of(request).submit_spec(spec)
     content = JobCreated(job_id=handle.job_id, created=handle.created).model_dump()

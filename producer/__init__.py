@@ -14,6 +14,7 @@ from producer.errors import (
     JobNotFound,
     JobTimeout,
     NoRedis,
+    Overloaded,
     PaternosterError,
 )
 from producer.keys import Keys
@@ -39,6 +40,7 @@ __all__ = [
     "JobTimeout",
     "Keys",
     "NoRedis",
+    "Overloaded",
     "PaternosterError",
     "Producer",
     "SamplingSpec",

@@ -9,11 +9,11 @@ from typing import Any
 import redis.asyncio as aredis
 
 from producer import requests as rq
-from producer import scripts
+from producer import scripts, waiting
 from producer.connection import key_prefix_from_env, open_client
 from producer.errors import JobNotFound, JobTimeout
-from producer.keys import Keys
-from producer.protocol import Event, JobSpec, is_terminal
+from producer.keys import Keys, band_of
+from producer.protocol import Event, JobSpec, JobState, is_terminal
 from producer.results import JobResult, JobStatus
 
 
@@ -62,22 +62,39 @@ class AsyncProducer:
         self._cancel = self.redis.register_script(scripts.CANCEL)
 
     async def submit(self, prompt: str | None = None, **kwargs: Any) -> AsyncJobHandle:
+        """As ``Producer.submit``: Overloaded when an admission limit refuses the job."""
         return await self.submit_spec(rq.build_spec(prompt, **kwargs))
 
     async def submit_spec(self, spec: JobSpec) -> AsyncJobHandle:
-        keys = [self.keys.job(spec.id), self.keys.jobs]
-        created, _ = await self._submit(keys=keys, args=rq.submit_args(spec))
+        keys, args = rq.submit_keys(self.keys, spec), rq.submit_args(spec)
+        created = rq.submit_created(await self._submit(keys=keys, args=args))
         return AsyncJobHandle(self, spec.id, bool(created))
 
     async def status(self, job_id: str) -> JobStatus:
         fields: dict[str, str] = await self.redis.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
         if not fields:
             raise JobNotFound(job_id)
-        return JobStatus.from_hash(job_id, fields)
+        status = JobStatus.from_hash(job_id, fields)
+        if status.state is not JobState.QUEUED or "stream_id" not in fields:
+            return status
+        band = status.band or band_of(status.priority or 0)  # no band: submitted by hand
+        wait = await self._waiting(band, fields["stream_id"])
+        return status.model_copy(
+            update={"wait_reason": wait.wait_reason, "position": wait.position}
+        )
+
+    async def _waiting(self, band: str, stream_id: str) -> waiting.Waiting:
+        """Why a queued job waits and its position (``producer.waiting``): two round trips."""
+        pipe = self.redis.pipeline(transaction=False)
+        waiting.ask_fleet(pipe, self.keys)
+        names, queues = waiting.read_fleet(await pipe.execute(raise_on_error=False), self.keys)
+        pipe = self.redis.pipeline(transaction=False)
+        waiting.ask_position(pipe, self.keys, names, band, queues[band], stream_id)
+        return waiting.waiting(await pipe.execute(raise_on_error=False), names, band, queues)
 
     async def cancel(self, job_id: str) -> str:
         keys = [self.keys.job(job_id), self.keys.events(job_id), self.keys.cancels]
-        args = rq.cancel_args(job_id, self.result_ttl_s)
+        args = rq.cancel_args(job_id, self.result_ttl_s, self.keys.prefix)
         outcome = str(await self._cancel(keys=keys, args=args))
         if outcome == "missing":
             raise JobNotFound(job_id)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,19 +33,38 @@ from celery.signals import task_revoked
 
 from producer import requests as rq
 from producer.client import Producer
-from producer.errors import JobEnded, JobFailed, JobNotFound, JobTimeout, PaternosterError
+from producer.errors import (
+    JobEnded,
+    JobFailed,
+    JobNotFound,
+    JobTimeout,
+    Overloaded,
+    PaternosterError,
+)
 from producer.protocol import TokenEvent, is_terminal
 from producer.results import JobResult
 
 TASK_NAME = "paternoster.generate"
-# Transient failures worth a retry: Redis away or slow. Issue 4 adds ``Overloaded`` (a full
-# queue refusing the job); it belongs here, and ``register(retry_on=...)`` takes it meanwhile.
+# Transient failures worth a retry: Redis away or slow. ``Overloaded`` (an admission limit
+# refusing the job) is retried too, but not through these: it says when to come back, so the
+# task retries it itself with ``overload_countdown`` (``register(retry_overloaded=False)``: not).
 RETRY_ON: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 MAX_RETRIES = 8  # with backoff capped at 60 s: about 4 minutes of outage before giving up
 RETRY_BACKOFF_MAX_S = 60
 # How long one read waits before the task checks whether it was revoked: the delay between a
 # revoke and the job's cancel request.
 REVOKE_POLL_MS = 500
+
+
+def overload_countdown(
+    retry_after_s: float, retries: int, rand: Callable[[], float] = random.random
+) -> float:
+    """Seconds before retry number ``retries + 1`` of a refused submit: the refusal's
+    ``retry_after_s`` doubled per earlier retry, capped at ``RETRY_BACKOFF_MAX_S``, plus up to
+    half again at random, so tasks refused together do not all come back together. With the
+    default 1 s and ``MAX_RETRIES`` 8: 183 to 275 s of overload before giving up."""
+    base = min(float(RETRY_BACKOFF_MAX_S), retry_after_s * 2**retries)
+    return base * (1.0 + 0.5 * rand())
 
 
 class JobRevoked(PaternosterError):
@@ -154,6 +174,7 @@ def register(
     name: str = TASK_NAME,
     retry_on: tuple[type[BaseException], ...] = RETRY_ON,
     max_retries: int = MAX_RETRIES,
+    retry_overloaded: bool = True,
     **task_options: Any,
 ) -> Any:
     """Register ``paternoster.generate`` on ``app``; returns the task.
@@ -162,6 +183,8 @@ def register(
     ``max_tokens``, ``temperature``, ``job_id``, ``tenant``, ...), plus ``template``: in a chain,
     the previous task's result dict arrives as ``prompt`` and becomes ``template`` with
     ``{text}`` replaced by its text. ``timeout_s`` bounds the wait (the job is cancelled then).
+    A submit refused by an admission limit (``Overloaded``) is retried after
+    ``overload_countdown``, at most ``max_retries`` times, then the task fails with it.
     """
     producers = _ProducerPerProcess(producer_factory)
     options: dict[str, Any] = {
@@ -191,7 +214,13 @@ def register(
             prompt = template.replace("{text}", str(prompt.get("text", "")))
         producer = producers.get()
         job_id = submit_kwargs.pop("job_id", None) or self.request.id
-        producer.submit(prompt, job_id=job_id, **submit_kwargs)
+        try:
+            producer.submit(prompt, job_id=job_id, **submit_kwargs)
+        except Overloaded as exc:
+            if not retry_overloaded:
+                raise
+            countdown = overload_countdown(exc.retry_after_s, self.request.retries)
+            raise self.retry(exc=exc, countdown=countdown) from exc
         return _wait(self, producer, job_id, timeout_s, retry_on)
 
     def on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:

@@ -1,8 +1,10 @@
-"""The producer's subcommands of ``paternoster``: submit, status, stream, result, cancel.
+"""The producer's subcommands of ``paternoster``: submit, status, stream, result, cancel, and
+``limits`` (``producer/limits_cli.py``).
 
 They need only redis and pydantic, so they work in a web app's install without torch. Exit codes:
 0 success; 1 the job ended without ``done`` (error, cancelled, expired), a timeout, or no Redis;
-2 bad input (an invalid job spec, an unknown job id). ``--json`` output goes to stdout only;
+2 bad input (an invalid job spec, an unknown job id); 75 (``EX_TEMPFAIL``) an admission limit
+refused the job: nothing was enqueued, try again later. ``--json`` output goes to stdout only;
 messages go to stderr.
 """
 
@@ -18,7 +20,8 @@ from typing import Any
 import redis
 
 from producer.client import Producer
-from producer.errors import InvalidJob, JobEnded, JobNotFound, JobTimeout, NoRedis
+from producer.errors import InvalidJob, JobEnded, JobNotFound, JobTimeout, NoRedis, Overloaded
+from producer.limits_cli import add_limits_command
 from producer.protocol import JobState, TokenEvent
 from producer.results import JobResult
 
@@ -74,7 +77,11 @@ def add_producer_commands(sub: Any) -> None:
     submit.add_argument("--chat", action="store_true", help="wrap PROMPT as one user message")
     submit.add_argument("--stream", action="store_true", help="follow its events until it ends")
     submit.add_argument("--id", dest="job_id", metavar="ID", help="job id (default: random)")
-    submit.add_argument("--priority", type=int, default=None, help="-100..100, lower runs first")
+    submit.add_argument(
+        "--priority",
+        default=None,
+        help="-100..100, lower runs first, or interactive (-10), default (0), batch (10)",
+    )
     submit.add_argument("--tenant", default=None, help="default: 'default'")
     submit.add_argument(
         "--deadline-s", type=float, default=None, help="not started within S seconds: expired"
@@ -102,18 +109,24 @@ def add_producer_commands(sub: Any) -> None:
     cancel.add_argument("job_id", metavar="ID")
     cancel.set_defaults(func=_guarded(cmd_cancel))
 
+    add_limits_command(sub, common, _guarded)
+
 
 Command = Callable[[argparse.Namespace], int]
+EX_TEMPFAIL = 75  # sysexits.h: "try again later", what a refused submit asks for
 
 
 def _guarded(command: Command) -> Command:
-    """Expected failures as one line on stderr: exit 2 for bad input, 1 for the rest."""
+    """Expected failures as one line on stderr: exit 2 for bad input, 75 for an admission limit,
+    1 for the rest."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
         except (InvalidJob, JobNotFound) as err:
             return _error(args, str(err), 2)
+        except Overloaded as err:
+            return _error(args, f"{err} (nothing was enqueued)", EX_TEMPFAIL)
         except JobTimeout as err:
             return _error(args, str(err), 1)
         except (NoRedis, redis.ConnectionError, redis.TimeoutError) as err:

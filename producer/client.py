@@ -9,11 +9,11 @@ from typing import Any
 import redis
 
 from producer import requests as rq
-from producer import scripts
+from producer import scripts, waiting
 from producer.connection import key_prefix_from_env, open_client
 from producer.errors import JobNotFound, JobTimeout
-from producer.keys import Keys
-from producer.protocol import Event, JobSpec, is_terminal
+from producer.keys import Keys, band_of
+from producer.protocol import Event, JobSpec, JobState, is_terminal
 from producer.results import JobResult, JobStatus
 
 
@@ -70,25 +70,44 @@ class Producer:
 
     def submit(self, prompt: str | None = None, **kwargs: Any) -> JobHandle:
         """Enqueue a job (see ``requests.build_spec`` for the arguments). Submitting an id that
-        exists returns a handle to the existing job with ``created`` False."""
+        exists returns a handle to the existing job with ``created`` False. Overloaded when an
+        admission limit refuses it (``producer.admission``): nothing was enqueued."""
         return self.submit_spec(rq.build_spec(prompt, **kwargs))
 
     def submit_spec(self, spec: JobSpec) -> JobHandle:
-        keys = [self.keys.job(spec.id), self.keys.jobs]
-        created, _ = self._submit(keys=keys, args=rq.submit_args(spec))
+        keys, args = rq.submit_keys(self.keys, spec), rq.submit_args(spec)
+        created = rq.submit_created(self._submit(keys=keys, args=args))
         return JobHandle(self, spec.id, bool(created))
 
     def status(self, job_id: str) -> JobStatus:
+        """The job's status hash; for a queued job also ``wait_reason`` and ``position``."""
         fields: dict[str, str] = self.redis.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
         if not fields:
             raise JobNotFound(job_id)
-        return JobStatus.from_hash(job_id, fields)
+        status = JobStatus.from_hash(job_id, fields)
+        if status.state is not JobState.QUEUED or "stream_id" not in fields:
+            return status
+        band = status.band or band_of(status.priority or 0)  # no band: submitted by hand
+        wait = self._waiting(band, fields["stream_id"])
+        return status.model_copy(
+            update={"wait_reason": wait.wait_reason, "position": wait.position}
+        )
+
+    def _waiting(self, band: str, stream_id: str) -> waiting.Waiting:
+        """Why a queued job waits and its position (``producer.waiting``): two round trips."""
+        pipe = self.redis.pipeline(transaction=False)
+        waiting.ask_fleet(pipe, self.keys)
+        names, queues = waiting.read_fleet(pipe.execute(raise_on_error=False), self.keys)
+        pipe = self.redis.pipeline(transaction=False)
+        waiting.ask_position(pipe, self.keys, names, band, queues[band], stream_id)
+        return waiting.waiting(pipe.execute(raise_on_error=False), names, band, queues)
 
     def cancel(self, job_id: str) -> str:
         """Cancel a job: "cancelled" (it was queued and is now ended), "cancelling" (its worker
         stops it within a step), or the terminal state it already had."""
         keys = [self.keys.job(job_id), self.keys.events(job_id), self.keys.cancels]
-        outcome = str(self._cancel(keys=keys, args=rq.cancel_args(job_id, self.result_ttl_s)))
+        args = rq.cancel_args(job_id, self.result_ttl_s, self.keys.prefix)
+        outcome = str(self._cancel(keys=keys, args=args))
         if outcome == "missing":
             raise JobNotFound(job_id)
         return outcome

@@ -53,3 +53,27 @@ class JobExpired(JobEnded):
 
 class NoRedis(PaternosterError):
     """No ``REDIS_URL`` and no embedded Redis available."""
+
+
+class Overloaded(PaternosterError):
+    """An admission limit refused the job; nothing was enqueued. Submit again later (with the
+    same id: submission is idempotent) after ``retry_after_s``.
+
+    ``scope`` is what is full: ``band:<band>`` or ``tenant:<name>``; ``kind`` is ``jobs`` or
+    ``tokens``; ``current`` is what that scope had queued and ``limit`` its limit (see
+    ``producer.admission``).
+    """
+
+    def __init__(
+        self, scope: str, kind: str, current: int, limit: int, retry_after_s: float
+    ) -> None:
+        super().__init__(scope, kind, current, limit, retry_after_s)
+        self.scope, self.kind = scope, kind
+        self.current, self.limit = current, limit
+        self.retry_after_s = retry_after_s
+
+    def __str__(self) -> str:
+        return (
+            f"overloaded: {self.scope} has {self.current} {self.kind} queued, limit {self.limit};"
+            f" retry after {self.retry_after_s:g} s"
+        )

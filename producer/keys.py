@@ -10,6 +10,9 @@ import re
 from dataclasses import dataclass
 
 DEFAULT_PREFIX = "paternoster"
+# Priority bands, most urgent first; each has its own jobs stream so a worker reads urgent jobs
+# before a backlog of batch jobs (one stream in arrival order could not). See `band_of`.
+BANDS = ("interactive", "default", "batch")
 # Job ids become parts of key names and log lines: keep them to a safe, bounded alphabet.
 JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
@@ -23,8 +26,47 @@ class Keys:
 
     @property
     def jobs(self) -> str:
-        """Stream of submitted jobs: entries ``id <job id> payload <JobSpec JSON>``."""
+        """Stream of submitted jobs of the ``default`` band: entries ``id <job id> payload
+        <JobSpec JSON>``. The other bands' streams are ``jobs:interactive`` and ``jobs:batch``."""
         return f"{self.prefix}:jobs"
+
+    def band(self, band: str) -> str:
+        """The jobs stream of one priority band (``BANDS``)."""
+        if band not in BANDS:
+            raise ValueError(f"unknown band {band!r}; bands: {', '.join(BANDS)}")
+        return self.jobs if band == "default" else f"{self.prefix}:jobs:{band}"
+
+    @property
+    def job_streams(self) -> tuple[str, ...]:
+        """Every band's jobs stream, most urgent first: the order workers read them in."""
+        return tuple(self.band(b) for b in BANDS)
+
+    def band_load(self, band: str) -> str:
+        """Hash ``jobs``, ``tokens``: what is queued (submitted, not yet taken) in a band."""
+        return f"{self.prefix}:load:band:{band}"
+
+    def tenant_load(self, tenant: str) -> str:
+        """Hash ``jobs``, ``tokens``: what one tenant has queued, over all bands."""
+        return f"{self.prefix}:load:tenant:{tenant}"
+
+    @property
+    def limits(self) -> str:
+        """Hash of admission limits that ``SUBMIT`` enforces (see ``producer.admission``)."""
+        return f"{self.prefix}:limits"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set: worker name -> unix time of its last heartbeat."""
+        return f"{self.prefix}:workers"
+
+    def worker(self, name: str) -> str:
+        """Hash: one worker's heartbeat (``producer.fleet.WorkerInfo``); expires if it stops."""
+        return f"{self.prefix}:worker:{name}"
+
+    @property
+    def recent(self) -> str:
+        """List of the most recently submitted job ids, newest first (at most 100)."""
+        return f"{self.prefix}:recent"
 
     @property
     def cancels(self) -> str:
@@ -43,6 +85,13 @@ class Keys:
     def pattern(self) -> str:
         """``SCAN MATCH`` pattern for every key under this prefix."""
         return f"{self.prefix}:*"
+
+
+def band_of(priority: int) -> str:
+    """Band of a priority (lower is more urgent): below 0 interactive, 0-9 default, 10+ batch."""
+    if priority < 0:
+        return "interactive"
+    return "default" if priority < 10 else "batch"
 
 
 def is_valid_job_id(job_id: str) -> bool:

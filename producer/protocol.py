@@ -20,8 +20,31 @@ SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
 # Priority: lower is more urgent (vLLM's and Celery's convention).
 MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = -100, 0, 100
+# Names for one priority in each band (`keys.band_of`): what a caller means more often than a
+# number. The wire carries the int; an alias never reaches Redis.
+PRIORITY_ALIASES = {"interactive": -10, "default": 0, "batch": 10}
+_ALIAS_NAMES = ", ".join(PRIORITY_ALIASES)
 MAX_CHOICES = 16  # the engine's cap on SamplingParams.n
 MAX_METADATA_BYTES = 4096  # metadata rides in every job entry: keep it small
+
+
+def parse_priority(value: int | str) -> int:
+    """A priority from an int, a decimal string ("-5") or an alias (``PRIORITY_ALIASES``);
+    ValueError naming the allowed values otherwise. The range is checked by ``JobSpec``."""
+    if isinstance(value, bool):  # bool is an int subclass: True would pass as priority 1
+        raise ValueError(f"priority must be an int or one of {_ALIAS_NAMES}, not {value!r}")
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if text.lower() in PRIORITY_ALIASES:
+        return PRIORITY_ALIASES[text.lower()]
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"unknown priority {value!r}: give an int {MIN_PRIORITY}..{MAX_PRIORITY} "
+            f"(lower is more urgent) or one of {_ALIAS_NAMES}"
+        ) from None
 
 
 class _Frozen(BaseModel):
@@ -180,7 +203,8 @@ class TokenEvent(_Event):
     logprobs: tuple[TokenLogprob, ...] | None = None
 
 
-FinishReason = Literal["stop", "length", "stop_string"]
+# "deadline": the job's deadline passed while it ran; it ended with what it had produced.
+FinishReason = Literal["stop", "length", "stop_string", "deadline"]
 
 
 class ChoiceEnd(_Frozen):

@@ -8,7 +8,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from producer.errors import InvalidJob, JobCancelled, JobExpired, JobFailed
+from producer.admission import RETRY_AFTER_S, estimate_cost_tokens
+from producer.errors import InvalidJob, JobCancelled, JobExpired, JobFailed, Overloaded
+from producer.keys import Keys, band_of
 from producer.protocol import (
     CancelledEvent,
     ChatMessage,
@@ -18,6 +20,7 @@ from producer.protocol import (
     SamplingSpec,
     event_fields,
     parse_event,
+    parse_priority,
 )
 from producer.results import JobResult
 
@@ -33,7 +36,7 @@ def build_spec(
     prompt_token_ids: Sequence[int] | None = None,
     sampling: SamplingSpec | Mapping[str, Any] | None = None,
     job_id: str | None = None,
-    priority: int | None = None,
+    priority: int | str | None = None,
     tenant: str | None = None,
     deadline: float | None = None,
     deadline_s: float | None = None,
@@ -41,7 +44,13 @@ def build_spec(
     **sampling_kwargs: Any,
 ) -> JobSpec:
     """A validated JobSpec from keyword arguments; sampling fields may be given flat
-    (``max_tokens=32``) or as ``sampling``. ``deadline_s`` is relative to now."""
+    (``max_tokens=32``) or as ``sampling``. ``deadline_s`` is relative to now. ``priority`` is
+    an int or an alias (``protocol.PRIORITY_ALIASES``: interactive, default, batch)."""
+    if priority is not None:
+        try:
+            priority = parse_priority(priority)
+        except ValueError as exc:
+            raise InvalidJob(f"invalid job: priority: {exc}") from None
     base = sampling.model_dump() if isinstance(sampling, SamplingSpec) else dict(sampling or {})
     fields: dict[str, Any] = {"sampling": {**base, **sampling_kwargs}}
     if deadline_s is not None:
@@ -72,12 +81,36 @@ def validation_message(exc: ValidationError) -> str:
     return "invalid job: " + "; ".join(parts)
 
 
+def submit_keys(keys: Keys, spec: JobSpec) -> list[str]:
+    """The ``SUBMIT`` script's KEYS for ``spec`` (see ``scripts.SUBMIT``)."""
+    band = band_of(spec.priority)
+    return [
+        keys.job(spec.id),
+        keys.band(band),
+        keys.band_load(band),
+        keys.tenant_load(spec.tenant),
+        keys.limits,
+        keys.recent,
+    ]
+
+
 def submit_args(spec: JobSpec) -> list[str]:
-    return [spec.id, spec.model_dump_json(exclude_none=True), str(spec.priority), spec.tenant]
+    payload = spec.model_dump_json(exclude_none=True)
+    band, cost = band_of(spec.priority), estimate_cost_tokens(spec)
+    return [spec.id, payload, str(spec.priority), spec.tenant, band, str(cost)]
 
 
-def cancel_args(job_id: str, ttl_s: int) -> list[str]:
-    return [job_id, str(ttl_s), event_fields(CancelledEvent())["data"]]
+def submit_created(reply: Sequence[Any]) -> bool:
+    """``SUBMIT``'s reply: True when it enqueued the job, False when the id existed; Overloaded
+    when a limit refused it."""
+    if int(reply[0]) < 0:
+        _, scope, kind, current, limit = reply
+        raise Overloaded(str(scope), str(kind), int(current), int(limit), RETRY_AFTER_S)
+    return bool(int(reply[0]))
+
+
+def cancel_args(job_id: str, ttl_s: int, prefix: str) -> list[str]:
+    return [job_id, str(ttl_s), event_fields(CancelledEvent())["data"], prefix]
 
 
 def parse_entries(entries: Sequence[tuple[str, Mapping[str, str]]]) -> list[Event]:

@@ -42,6 +42,14 @@ class JobStatus(BaseModel):
     error_code: str | None = None
     error_message: str | None = None
     cancel_requested: bool = False
+    band: str | None = None  # the priority band whose stream holds it (set by SUBMIT)
+    cost_tokens: int | None = None  # what admission counted for it (admission.estimate_...)
+    # Why it has not started yet, and how many jobs are ahead of it. For a queued job in Redis
+    # the client computes them at each status() (see ``producer.waiting``); a worker writes
+    # them (and ``preemptions``, how often it was preempted) for jobs it holds.
+    wait_reason: str | None = None
+    position: int | None = None
+    preemptions: int | None = None
 
     @classmethod
     def from_hash(cls, job_id: str, fields: Mapping[str, str]) -> JobStatus:

@@ -30,6 +30,21 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-batched-tokens", type=int, default=512)
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all)")
+    g = parser.add_argument_group("priority and fairness")
+    g.add_argument(
+        "--no-priority-preemption",
+        action="store_true",
+        help="urgent jobs wait for a free slot instead of preempting less urgent ones",
+    )
+    g.add_argument("--max-priority-preemptions", type=int, default=3, help="per job, then immune")
+    g.add_argument(
+        "--tenant-weight",
+        action="append",
+        default=[],
+        metavar="TENANT=WEIGHT",
+        help="fair-share weight of a tenant (default 1); repeat for several",
+    )
+    g.add_argument("--max-running-per-tenant", type=int, default=None)
 
 
 def engine_config(args: argparse.Namespace) -> Any:
@@ -49,8 +64,22 @@ def engine_config(args: argparse.Namespace) -> Any:
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             max_model_len=args.max_model_len,
+            preempt_for_priority=not args.no_priority_preemption,
+            max_priority_preemptions=args.max_priority_preemptions,
+            tenant_weights=_tenant_weights(args.tenant_weight),
+            max_running_per_tenant=args.max_running_per_tenant,
         ),
     )
+
+
+def _tenant_weights(items: list[str]) -> dict[str, float]:
+    weights = {}
+    for item in items:
+        tenant, sep, weight = item.partition("=")
+        if not sep or not tenant:
+            raise ValueError(f"--tenant-weight takes TENANT=WEIGHT, got {item!r}")
+        weights[tenant] = float(weight)
+    return weights
 
 
 def sampling_params(args: argparse.Namespace) -> Any:
@@ -152,8 +181,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
         stream_interval=args.stream_interval,
         result_ttl_s=args.result_ttl_s,
         isolate_tenant_caches=args.isolate_tenant_caches,
+        urgent_reserve=args.urgent_reserve,
     )
-    worker = JobWorker(LLMEngine(engine_config(args)), url, config)
+    metrics = None
+    if args.metrics_port is not None:
+        from worker.service.metrics import WorkerMetrics
+
+        metrics = WorkerMetrics(config.name)
+        server = metrics.serve(port=args.metrics_port)
+        print(f"metrics: http://0.0.0.0:{server.port}/metrics", file=sys.stderr)
+    worker = JobWorker(LLMEngine(engine_config(args)), url, config, metrics)
     if embedded is not None:
         print(f"embedded Redis: REDIS_URL={url}", file=sys.stderr)
 
@@ -202,6 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--isolate-tenant-caches",
         action="store_true",
         help="no prefix-cache sharing across tenants",
+    )
+    work.add_argument(
+        "--urgent-reserve",
+        type=int,
+        default=None,
+        help="job slots only interactive jobs may take (default: an eighth, at least 1)",
+    )
+    work.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics and /health on this port (default: off)",
     )
     add_service_arguments(work)
     add_engine_arguments(work)

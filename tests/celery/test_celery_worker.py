@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -114,3 +115,20 @@ def test_a_failed_job_reaches_the_caller_as_generate_failed(celery_app: Any) -> 
         async_result.get(timeout=RESULT_TIMEOUT_S)
     assert (info.value.state, info.value.code) == ("error", "prompt_too_long")
     assert async_result.state == states.FAILURE
+
+
+def test_a_refused_submit_is_retried_until_admitted(celery_app: Any, jobs: Producer) -> None:
+    tenant = f"full-{uuid.uuid4().hex[:8]}"
+    jobs.redis.hset(jobs.keys.limits, f"tenant:{tenant}:jobs", 0)  # every submit refused
+    try:
+        async_result = celery_app.generate.delay(prompt="Admitted later", tenant=tenant, **GREEDY)
+        deadline = time.monotonic() + 15
+        while async_result.state != states.RETRY and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert async_result.state == states.RETRY
+        assert not jobs.redis.exists(jobs.keys.job(async_result.id))
+    finally:
+        jobs.redis.hdel(jobs.keys.limits, f"tenant:{tenant}:jobs")
+    out = async_result.get(timeout=RESULT_TIMEOUT_S)  # the next retry, 1 to 3 s later, is let in
+    assert out["job_id"] == async_result.id and len(out["token_ids"]) == 6
+    assert jobs.status(async_result.id).tenant == tenant

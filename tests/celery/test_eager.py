@@ -14,7 +14,17 @@ import redis
 from celery import Celery, chain
 
 from producer import Keys
-from producer.celery import MAX_RETRIES, RETRY_ON, TASK_NAME, GenerateFailed, register, result_dict
+from producer.celery import (
+    MAX_RETRIES,
+    RETRY_BACKOFF_MAX_S,
+    RETRY_ON,
+    TASK_NAME,
+    GenerateFailed,
+    overload_countdown,
+    register,
+    result_dict,
+)
+from producer.errors import Overloaded
 from producer.protocol import (
     DoneEvent,
     ErrorEvent,
@@ -31,8 +41,9 @@ class ScriptedProducer:
     """Just enough of ``Producer`` for the task: ``submit`` fails ``failures`` times, then each
     job's events are a start, one token per word of its prompt's length, and ``ending``."""
 
-    def __init__(self, failures: int = 0, ending: str = "done") -> None:
+    def __init__(self, failures: int = 0, ending: str = "done", overloads: int = 0) -> None:
         self.failures = failures
+        self.overloads = overloads  # submits refused with Overloaded, after the failures
         self.ending = ending
         self.submits: list[dict[str, Any]] = []
         self.cancelled: list[str] = []
@@ -46,6 +57,8 @@ class ScriptedProducer:
         self.submits.append({"prompt": prompt, **kwargs})
         if len(self.submits) <= self.failures:
             raise redis.ConnectionError("Redis is away")
+        if len(self.submits) <= self.failures + self.overloads:
+            raise Overloaded("band:default", "jobs", 100, 100, 1.0)
 
     def events(
         self, job_id: str, from_event: str = "0", block_ms: int | None = None
@@ -113,11 +126,11 @@ def test_retries_stop_after_max_retries(app: Celery) -> None:
 
 
 def test_an_extra_retry_error_type_is_retried(app: Celery) -> None:
-    class Overloaded(Exception):  # what issue 4 will add to producer.errors
+    class QueueFull(Exception):  # a caller's own transient error
         pass
 
     producer = ScriptedProducer()
-    calls = iter([Overloaded("queue full"), None])
+    calls = iter([QueueFull("queue full"), None])
     submit = producer.submit
 
     def flaky_submit(prompt: str | None = None, **kwargs: Any) -> None:
@@ -127,8 +140,62 @@ def test_an_extra_retry_error_type_is_retried(app: Celery) -> None:
         submit(prompt, **kwargs)
 
     producer.submit = flaky_submit  # type: ignore[method-assign]
-    task = registered(app, producer, retry_on=(*RETRY_ON, Overloaded))
+    task = registered(app, producer, retry_on=(*RETRY_ON, QueueFull))
     assert task.apply(kwargs={"prompt": "Sky"}).get()["text"] == " blue"
+
+
+def test_overloaded_is_retried_with_the_same_job_id_then_succeeds(
+    app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    countdowns: list[float] = []
+    producer = ScriptedProducer(overloads=2)
+    task = registered(app, producer)
+    retry = task.retry
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        countdowns.append(kwargs["countdown"])
+        return retry(*args, **kwargs)
+
+    monkeypatch.setattr(task, "retry", spy)
+    assert task.apply(kwargs={"prompt": "Sky"}).get()["text"] == " blue"
+    assert len(producer.submits) == 3 and len({s["job_id"] for s in producer.submits}) == 1
+    assert 1.0 <= countdowns[0] <= 1.5 and 2.0 <= countdowns[1] <= 3.0  # retry_after_s, doubled
+
+
+def test_overloaded_retries_are_bounded_then_the_task_fails_with_it(app: Celery) -> None:
+    producer = ScriptedProducer(overloads=100)
+    with pytest.raises(Overloaded) as info:
+        registered(app, producer, max_retries=3).apply(kwargs={"prompt": "Sky"}).get()
+    assert len(producer.submits) == 4  # the first try and three retries
+    assert (info.value.scope, info.value.kind, info.value.retry_after_s) == (
+        "band:default", "jobs", 1.0
+    )  # fmt: skip
+
+
+def test_overloaded_is_not_retried_when_asked_not_to(app: Celery) -> None:
+    producer = ScriptedProducer(overloads=1)
+    with pytest.raises(Overloaded):
+        registered(app, producer, retry_overloaded=False).apply(kwargs={"prompt": "Sky"}).get()
+    assert len(producer.submits) == 1
+
+
+def test_overload_countdown_doubles_from_retry_after_with_a_cap_and_jitter() -> None:
+    assert [overload_countdown(1.0, r, rand=lambda: 0.0) for r in range(8)] == [
+        1, 2, 4, 8, 16, 32, 60, 60
+    ]  # fmt: skip
+    assert overload_countdown(2.5, 0, rand=lambda: 1.0) == 3.75  # up to half again at random
+    assert overload_countdown(1.0, 30, rand=lambda: 0.0) == RETRY_BACKOFF_MAX_S
+
+
+def test_overloaded_survives_the_result_backend() -> None:
+    """Celery rebuilds an exception as ``type(*args)``: Overloaded keeps every attribute."""
+    import pickle
+
+    err = pickle.loads(pickle.dumps(Overloaded("tenant:acme", "tokens", 9, 10, 1.0)))
+    assert (err.scope, err.kind, err.current, err.limit, err.retry_after_s) == (
+        "tenant:acme", "tokens", 9, 10, 1.0
+    )  # fmt: skip
+    assert type(err)(*err.args).limit == 10
 
 
 def test_a_failed_job_is_not_retried(app: Celery) -> None:

@@ -38,8 +38,7 @@ def test_compose_validates_against_the_compose_spec() -> None:
 
 def test_services_and_their_deployment_settings() -> None:
     services = load_compose()["services"]
-    assert {"redis", "worker", "worker-cpu"} <= services.keys()
-    assert not {"prometheus", "grafana"} & services.keys()  # no metrics endpoint yet (issue 6)
+    assert {"redis", "worker", "worker-cpu", "prometheus", "grafana"} <= services.keys()
     redis_cmd = services["redis"]["command"]
     assert redis_cmd[redis_cmd.index("--appendonly") + 1] == "yes"
     assert redis_cmd[redis_cmd.index("--appendfsync") + 1] == "everysec"

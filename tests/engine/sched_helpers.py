@@ -8,6 +8,7 @@ hit, a write into a shared block or an evicted block still in use all show up as
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -33,8 +34,11 @@ class Harness:
         max_tokens: int,
         *,
         prefix_caching: bool = False,
+        **policy: Any,
     ) -> None:
-        self.config = SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens)
+        self.config = SchedulerConfig(
+            max_num_seqs=max_seqs, max_num_batched_tokens=max_tokens, **policy
+        )
         self.bm = BlockManager(num_blocks, block_size, enable_prefix_caching=prefix_caching)
         self.scheduler = Scheduler(self.config, self.bm)
         self.seqs: dict[int, Sequence] = {}  # unfinished, by seq_id
@@ -42,17 +46,36 @@ class Harness:
         self.kv: dict[int, SlotContent] = {}  # slot -> what was written there
         self.count = 0
 
-    def add(self, prompt_len: int, max_tokens: int) -> Sequence:
-        return self.add_tokens(list(range(1, prompt_len + 1)), max_tokens)[0]
+    def add(
+        self, prompt_len: int, max_tokens: int, *, priority: int = 0, tenant: str = "default"
+    ) -> Sequence:
+        prompt = list(range(1, prompt_len + 1))
+        return self.add_tokens(prompt, max_tokens, priority=priority, tenant=tenant)[0]
 
     def add_tokens(
-        self, prompt: Seq[int], max_tokens: int, *, salt: str | None = None, n: int = 1
+        self,
+        prompt: Seq[int],
+        max_tokens: int,
+        *,
+        salt: str | None = None,
+        n: int = 1,
+        priority: int = 0,
+        tenant: str = "default",
     ) -> list[Sequence]:
         """A request of ``n`` choices; its sequences, choice 0 first."""
         rid = f"r{self.count}"
         params = SamplingParams(max_tokens=max_tokens)
         seqs = [
-            Sequence(rid, list(prompt), params, self.count, index=i, cache_salt=salt)
+            Sequence(
+                rid,
+                list(prompt),
+                params,
+                self.count,
+                index=i,
+                cache_salt=salt,
+                priority=priority,
+                tenant=tenant,
+            )
             for i in range(n)
         ]
         self.count += 1
@@ -60,6 +83,10 @@ class Harness:
             self.seqs[seq.seq_id] = seq
         self.scheduler.add(seqs[0], seqs[1:])
         return seqs
+
+    def seq(self, seq_id: int) -> Sequence:
+        """A sequence by id, finished or not."""
+        return self.seqs.get(seq_id) or self.finished[seq_id]
 
     def abort(self, rid: str) -> None:
         """Abort every unfinished choice of request ``rid``."""

@@ -1,6 +1,6 @@
 """A worker without a model: takes jobs with the real CLAIM script and writes the events a real
 worker writes (as ``worker/service/intake.py`` and ``jobs.py`` do), one call per event, so a
-test decides exactly what a job's stream holds."""
+test decides exactly what a job's stream holds. It reads the bands' streams most urgent first."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ class FakeJob:
     outcome: str  # the CLAIM script's: "started", "rejected", "expired" or the state it had
     submitted_at: float
     started_at: float
+    stream: str  # the band's jobs stream the entry was read from
     next_index: int = 0
     prompt_tokens: int = 3
 
@@ -43,20 +44,29 @@ class FakeWorker:
         self.keys = keys
         self.name = name
         self._claim = client.register_script(scripts.CLAIM)
-        try:
-            client.xgroup_create(keys.jobs, keys.group, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        self._stream_of: dict[str, str] = {}  # entry id -> the stream it was read from
+        for stream in keys.job_streams:
+            try:
+                client.xgroup_create(stream, keys.group, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
 
     def read(self, block_ms: int = 2000) -> tuple[str, dict[str, str]] | None:
-        """The next job entry for this consumer (as intake reads it), or None."""
+        """The next job entry for this consumer, most urgent band first, or None."""
+        for stream in self.keys.job_streams:  # without blocking: the first band with an entry
+            if got := self._read({stream: ">"}, None):
+                return got
+        return self._read({s: ">" for s in self.keys.job_streams}, block_ms)
+
+    def _read(self, streams: dict[Any, Any], block_ms: int | None) -> Any:
         reply: Any = self.redis.xreadgroup(
-            self.keys.group, self.name, {self.keys.jobs: ">"}, count=1, block=block_ms
+            self.keys.group, self.name, streams, count=1, block=block_ms
         )
         if not reply:
             return None
-        entry_id, fields = reply[0][1][0]
+        stream, [(entry_id, fields), *_] = reply[0]
+        self._stream_of[entry_id] = stream
         return entry_id, fields
 
     def take(self, block_ms: int = 2000) -> FakeJob:
@@ -80,7 +90,8 @@ class FakeWorker:
     ) -> FakeJob:
         error_data = event_fields(ErrorEvent(code=error[0], message=error[1]))["data"]
         expired = event_fields(ExpiredEvent(message="deadline passed before the job started"))
-        keys = [self.keys.job(job_id), self.keys.events(job_id), self.keys.jobs]
+        stream = self._stream_of.get(entry_id, self.keys.jobs)
+        keys = [self.keys.job(job_id), self.keys.events(job_id), stream]
         args = [
             action,
             self.name,
@@ -90,10 +101,11 @@ class FakeWorker:
             expired["data"],
             self.keys.group,
             entry_id,
+            self.keys.prefix,
         ]
         outcome, submitted, now = self._claim(keys=keys, args=args)
         submitted_at = float(submitted) if submitted else float(now)
-        return FakeJob(job_id, entry_id, str(outcome), submitted_at, float(now))
+        return FakeJob(job_id, entry_id, str(outcome), submitted_at, float(now), stream)
 
     def reject(self, entry_id: str, job_id: str, code: str, message: str) -> FakeJob:
         return self.claim(entry_id, job_id, "reject", error=(code, message))
@@ -136,8 +148,8 @@ class FakeWorker:
         pipe.hset(self.keys.job(job.job_id), mapping=status)
         pipe.expire(self.keys.job(job.job_id), TTL_S)
         pipe.expire(self.keys.events(job.job_id), TTL_S)
-        pipe.xack(self.keys.jobs, self.keys.group, job.entry_id)
-        pipe.xdel(self.keys.jobs, job.entry_id)
+        pipe.xack(job.stream, self.keys.group, job.entry_id)
+        pipe.xdel(job.stream, job.entry_id)
         pipe.execute()
 
     def _usage(self, job: FakeJob) -> Usage:
@@ -149,6 +161,6 @@ class FakeWorker:
         return sec + micro / 1e6
 
     def pending(self) -> int:
-        """Entries of the jobs stream delivered to a worker and not yet acknowledged."""
-        info: Any = self.redis.xpending(self.keys.jobs, self.keys.group)
-        return int(info["pending"])
+        """Entries of the jobs streams delivered to a worker and not yet acknowledged."""
+        infos: Any = [self.redis.xpending(s, self.keys.group) for s in self.keys.job_streams]
+        return sum(int(info["pending"]) for info in infos)

@@ -28,6 +28,18 @@ def cli(redis_url: str, key_prefix: str, capsys: Capsys) -> Any:
     return run
 
 
+@pytest.fixture
+def limits(redis_url: str, key_prefix: str, capsys: Capsys) -> Any:
+    """``limits("set", "--band", ...)`` -> (exit code, stdout, stderr) on this test's prefix."""
+
+    def run(action: str, *args: str) -> tuple[int, str, str]:
+        rc = main(["limits", action, "--redis-url", redis_url, "--prefix", key_prefix, *args])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return run
+
+
 def finish(worker: FakeWorker, pieces: list[str], reason: str = "length") -> None:
     job = worker.take()
     for i, text in enumerate(pieces):
@@ -222,3 +234,75 @@ def test_no_redis_is_a_clear_error(key_prefix: str, capsys: Capsys) -> None:
     rc = main(["status", "--redis-url", "redis://127.0.0.1:1/0", "--prefix", key_prefix, "x"])
     err = capsys.readouterr().err
     assert rc == 1 and err.startswith("paternoster status: error: cannot reach Redis:")
+
+
+def test_submit_takes_a_priority_alias(cli: Any, producer: Producer, keys: Keys) -> None:
+    rc, out, _ = cli("submit", "--priority", "batch", "x")
+    assert rc == 0 and producer.status(out.strip()).priority == 10
+    rc, _, err = cli("submit", "--priority", "urgent", "x")
+    assert rc == 2 and "unknown priority 'urgent'" in err and err.count("\n") == 1
+
+
+def test_a_refused_submit_exits_75_with_one_line(
+    cli: Any, limits: Any, client: redis.Redis, keys: Keys
+) -> None:
+    assert limits("set", "--band", "interactive", "--jobs", "0")[0] == 0
+    rc, out, err = cli("submit", "--priority", "interactive", "--id", "no", "x")
+    assert rc == 75 and out == ""
+    assert err == (
+        "paternoster submit: error: overloaded: band:interactive has 0 jobs queued, limit 0;"
+        " retry after 1 s (nothing was enqueued)\n"
+    )
+    assert not client.exists(keys.job("no"), keys.band("interactive"))
+
+
+def test_limits_set_show_and_clear(limits: Any, producer: Producer) -> None:
+    assert limits("set", "--band", "interactive", "--jobs", "100", "--tokens", "50000")[0] == 0
+    assert limits("set", "--tenant-default", "--jobs", "20")[0] == 0
+    assert limits("set", "--tenant", "acme", "--tokens", "500")[0] == 0
+    producer.submit("abcd", max_tokens=3, tenant="acme", priority="interactive")
+    rc, out, _ = limits("show", "--json")
+    rows = {row.pop("scope"): row for row in json.loads(out)}
+    assert rc == 0 and list(rows) == [
+        "band:interactive", "band:default", "band:batch", "tenant:*", "tenant:acme"
+    ]  # fmt: skip
+    assert rows["band:interactive"] == {
+        "max_jobs": 100, "max_tokens": 50000, "queued_jobs": 1, "queued_tokens": 4
+    }  # fmt: skip
+    assert rows["tenant:*"] == {
+        "max_jobs": 20, "max_tokens": None, "queued_jobs": None, "queued_tokens": None
+    }  # fmt: skip
+    assert rows["tenant:acme"]["max_tokens"] == 500 and rows["tenant:acme"]["queued_jobs"] == 1
+    rc, out, _ = limits("show")
+    lines = out.splitlines()
+    assert rc == 0 and lines[1].split() == ["band:interactive", "1/100", "4/50000"]
+    assert lines[4].split() == ["tenant:*", "-/20", "-/-"]
+    assert limits("clear", "--tenant", "acme")[0] == 0
+    assert "tenant:acme" not in limits("show")[1]
+    assert limits("clear")[0] == 0
+    rows = {row["scope"]: row for row in json.loads(limits("show", "--json")[1])}
+    assert all(r["max_jobs"] is None and r["max_tokens"] is None for r in rows.values())
+
+
+def test_limits_set_needs_a_scope_and_a_value(limits: Any) -> None:
+    rc, _, err = limits("set", "--band", "batch")
+    assert rc == 2 and "give --jobs, --tokens or both" in err
+    with pytest.raises(SystemExit):  # argparse: no scope, or a negative limit
+        limits("set", "--jobs", "3")
+    with pytest.raises(SystemExit):
+        limits("set", "--band", "batch", "--jobs", "-1")
+
+
+def test_status_shows_why_a_queued_job_waits(cli: Any, producer: Producer) -> None:
+    producer.submit("x", job_id="first")
+    producer.submit("x", job_id="w")
+    rc, out, _ = cli("status", "w")
+    lines = {k: v.strip() for k, v in (line.split(":", 1) for line in out.splitlines())}
+    assert rc == 0 and (lines["wait_reason"], lines["position"]) == ("no_worker", "1")
+    assert lines["band"] == "default"
+    status = json.loads(cli("status", "--json", "w")[1])
+    assert (status["wait_reason"], status["position"], status["preemptions"]) == (
+        "no_worker",
+        1,
+        None,
+    )

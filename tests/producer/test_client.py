@@ -38,13 +38,14 @@ def test_submit_enqueues_one_entry_and_a_queued_status(
 ) -> None:
     handle = producer.submit("Hello", max_tokens=8, job_id="job-1", tenant="acme", priority=-5)
     assert handle.created and handle.job_id == "job-1"
-    [(entry_id, fields)] = client.xrange(keys.jobs)
+    assert not client.exists(keys.jobs)  # priority -5: the interactive band's stream
+    [(entry_id, fields)] = client.xrange(keys.band("interactive"))
     assert fields["id"] == "job-1"
     payload = json.loads(fields["payload"])
     assert payload["prompt"] == "Hello" and payload["sampling"]["max_tokens"] == 8
     status = producer.status("job-1")
     assert status.state is JobState.QUEUED
-    assert (status.tenant, status.priority) == ("acme", -5)
+    assert (status.tenant, status.priority, status.band) == ("acme", -5, "interactive")
     assert status.submitted_at == pytest.approx(time.time(), abs=60)
     assert client.hget(keys.job("job-1"), "stream_id") == entry_id
     assert client.ttl(keys.job("job-1")) == -1  # a queued job does not expire

@@ -12,6 +12,7 @@ import pytest
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.service.config import WorkerConfig
+from worker.service.metrics import WorkerMetrics
 from worker.service.worker import JobWorker
 
 
@@ -33,10 +34,15 @@ def tiny_engine(model_dir: Path, num_blocks: int = 256, seqs: int = 8, **sched: 
 
 @contextlib.contextmanager
 def running_worker(
-    engine: LLMEngine, url: str, prefix: str, **config: object
+    engine: LLMEngine,
+    url: str,
+    prefix: str,
+    metrics: WorkerMetrics | None = None,
+    **config: object,
 ) -> Iterator[JobWorker]:
     """A JobWorker serving on a thread; stopped (after its jobs end) and joined on exit."""
-    worker = JobWorker(engine, url, WorkerConfig(prefix=prefix, read_block_ms=200, **config))  # type: ignore[arg-type]
+    settings = WorkerConfig(prefix=prefix, read_block_ms=200, **config)  # type: ignore[arg-type]
+    worker = JobWorker(engine, url, settings, metrics)
     errors: list[BaseException] = []
 
     def serve() -> None:

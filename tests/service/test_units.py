@@ -30,6 +30,7 @@ def make_job(n: int = 1, interval: int = 2) -> ActiveJob:
     job = AdmittedJob(
         job_id="j",
         entry_id="1-0",
+        stream="p:jobs",
         prompt_token_ids=(1, 2, 3),
         params=SamplingParams(n=n),
         tenant="t",

@@ -11,7 +11,7 @@ another one reads, and copy-on-write is never needed. `assert_invariants` checks
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -81,12 +81,12 @@ class BlockManager:
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         """Whether ``seq`` can take ``hit`` and then slots for ``num_new_tokens`` more tokens."""
-        return self._num_needed(seq, num_new_tokens, hit) <= self.num_free_blocks
+        return self.num_needed(seq, num_new_tokens, hit) <= self.num_free_blocks
 
     def allocate(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit = NO_HIT) -> None:
         """Take ``hit`` (its tokens count as computed), then grow ``seq``'s block table so
         ``num_new_tokens`` more tokens have slots."""
-        needed = self._num_needed(seq, num_new_tokens, hit)
+        needed = self.num_needed(seq, num_new_tokens, hit)
         if needed > self.num_free_blocks:
             raise RuntimeError(
                 f"allocate without can_allocate: need {needed}, have {self.num_free_blocks}"
@@ -124,7 +124,12 @@ class BlockManager:
             return PrefixCacheStats(0, 0, 0, 0, 0)
         return self.prefix_cache.stats()
 
-    def _num_needed(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit) -> int:
+    def num_reclaimable(self, seqs: Iterable[Sequence]) -> int:
+        """Blocks that freeing all of ``seqs`` would return: those no other sequence holds."""
+        held = Counter(b for seq in seqs for b in seq.block_ids)
+        return sum(1 for b, n in held.items() if self.ref_counts[b] == n)
+
+    def num_needed(self, seq: Sequence, num_new_tokens: int, hit: PrefixHit = NO_HIT) -> int:
         """Free blocks ``allocate`` would use: fresh ones plus the unowned blocks of ``hit``."""
         if not hit.block_ids:
             return self.num_new_blocks(seq, num_new_tokens)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,10 +47,26 @@ class SchedulerConfig:
     # is split across steps so decodes keep producing a token every step.
     max_num_batched_tokens: int = 512
     max_model_len: int | None = None  # prompt + output cap; default: the model's and cache's
+    # A waiting sequence that cannot start (no batch slot, no KV blocks) preempts running ones
+    # of strictly less urgent priority. Strictly: two sequences can never preempt each other.
+    preempt_for_priority: bool = True
+    # A sequence preempted this many times to make room for urgency is no longer a victim, so
+    # a steady trickle of urgent jobs cannot restart the same long job forever.
+    max_priority_preemptions: int = 3
+    # Fair-share weights by tenant (unlisted: 1.0): a tenant of weight 3 gets three times the
+    # tokens of one of weight 1 when both have work waiting.
+    tenant_weights: Mapping[str, float] = field(default_factory=dict)
+    max_running_per_tenant: int | None = None  # running sequences per tenant; None: no cap
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
             raise InvalidConfigError("max_num_seqs must be >= 1")
+        if self.max_priority_preemptions < 0:
+            raise InvalidConfigError("max_priority_preemptions must be >= 0")
+        if any(w <= 0 for w in self.tenant_weights.values()):
+            raise InvalidConfigError("tenant_weights must be > 0")
+        if self.max_running_per_tenant is not None and self.max_running_per_tenant < 1:
+            raise InvalidConfigError("max_running_per_tenant must be >= 1")
         # Every running decode must fit in one step's budget, or decodes would stall.
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise InvalidConfigError("max_num_batched_tokens must be >= max_num_seqs")

@@ -31,6 +31,7 @@ from worker.engine.sampler import Sampler, SamplingRequest, choice_seed
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import FinishReason, Sequence
+from worker.engine.wait_reasons import WaitInfo
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
 Messages = list[dict[str, str]]
@@ -70,6 +71,9 @@ class LLMEngine:
         self._states: dict[int, RequestState] = {}  # unfinished choices by sequence id
         self._arrivals = itertools.count()
         self._aborted: list[RequestOutput] = []
+        # Request ids whose sequences lost their blocks in the last step (they resume later).
+        self.last_preempted: tuple[str, ...] = ()
+        self.last_num_batched_tokens = 0  # tokens the last step computed
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -85,10 +89,14 @@ class LLMEngine:
         prompt_token_ids: Seq[int] | None = None,
         *,
         cache_salt: str | None = None,
+        priority: int = 0,
+        tenant: str = "default",
     ) -> None:
         """Queue a request; it joins the running batch at the next `step`.
 
-        Only requests with the same ``cache_salt`` (e.g. a tenant id) share cached prefix blocks.
+        Lower ``priority`` is more urgent: it is admitted first and may preempt less urgent
+        running requests. Within a priority, ``tenant``s share the batch by fair share. Only
+        requests with the same ``cache_salt`` (e.g. a tenant id) share cached prefix blocks.
         """
         if request_id in self._requests:
             raise InvalidRequestError(f"request {request_id!r} is already in the engine")
@@ -103,7 +111,16 @@ class LLMEngine:
         states = []
         for i in range(params.n):
             p = _choice_params(params, i)
-            seq = Sequence(request_id, ids, p, arrival, index=i, cache_salt=cache_salt)
+            seq = Sequence(
+                request_id,
+                ids,
+                p,
+                arrival,
+                index=i,
+                cache_salt=cache_salt,
+                priority=priority,
+                tenant=tenant,
+            )
             states.append(RequestState(seq, IncrementalDetokenizer(self.tokenizer, ids, p)))
             self._states[seq.seq_id] = states[-1]
         self._requests[request_id] = states
@@ -128,6 +145,10 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return bool(self._requests)
 
+    def wait_info(self) -> dict[str, WaitInfo]:
+        """Why each waiting request waits (reason, position), by request id."""
+        return self.scheduler.wait_info()
+
     def cache_stats(self) -> PrefixCacheStats:
         """Prefix-cache counters: tokens looked up and found, cached blocks, evictions."""
         return self.block_manager.cache_stats()
@@ -138,6 +159,8 @@ class LLMEngine:
         """Run one iteration; return each request's new tokens, text and finish, if any."""
         outputs, self._aborted = self._aborted, []
         decision = self.scheduler.schedule()
+        self.last_preempted = tuple(dict.fromkeys(decision.preempted_ids))
+        self.last_num_batched_tokens = decision.num_batched_tokens
         if decision.is_empty:
             return outputs
         result = self.runner.run(decision)

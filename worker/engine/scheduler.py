@@ -2,31 +2,45 @@
 
 Each step spends two budgets: ``max_num_seqs`` sequences and ``max_num_batched_tokens`` tokens.
 Running decodes go first (one token each) so a long prompt never stalls them; then running
-sequences still prefilling get chunks; then waiting sequences are admitted in arrival order.
-When a running sequence needs a block and none is free, the most recently admitted running
-sequence is preempted (blocks freed, requeued at the front, recomputed later). A sequence being
-admitted starts after the longest prefix the block manager has cached for it.
+sequences still prefilling get chunks; then waiting sequences are admitted in the wait queue's
+order: priority (lower is more urgent), then tenant fair share, then arrival.
+
+Preemption frees a running sequence's blocks and requeues it under its original arrival, so it
+keeps its place; it later recomputes and continues exactly where it stopped. The victim is always
+the least urgent, most recently started sequence. Two things preempt: a running sequence that
+needs a block when none is free (``kv_cache_full``), and a waiting sequence that cannot start
+while strictly less urgent ones run (``priority``, bounded by ``max_priority_preemptions``).
+A sequence being admitted starts after the longest prefix the block manager has cached for it.
 The scheduler decides and never touches tensors.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import itertools
+from collections import Counter
 from collections.abc import Iterable
 
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
+from worker.engine.fair_share import FairShare
+from worker.engine.prefix_cache import PrefixHit
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
+from worker.engine.wait_queue import WaitQueue
+from worker.engine.wait_reasons import Blocked, WaitInfo, WaitReason, explain
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
         self.config = config
         self.block_manager = block_manager
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # in admission order: the tail is preempted first
+        self.fair_share = FairShare(config.tenant_weights)
+        self.waiting = WaitQueue(self.fair_share)
+        self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
+        self.preemptions_by_reason: Counter[str] = Counter()
+        self._starts = itertools.count()
+        self._blocked: Blocked | None = None  # where the last admission stopped
         # Prompt tokens run through the model, over all steps: recomputation after preemption
         # counts again, tokens found in the prefix cache do not.
         self.num_prompt_tokens_computed = 0
@@ -49,15 +63,20 @@ class Scheduler:
         forks = list(forks)
         for s in (seq, *forks):
             s.status = SequenceStatus.WAITING
-        self.waiting.append(seq)
+            self.fair_share.activate(s.tenant)
+        self.waiting.add(seq)
         bm = self.block_manager
         if forks and bm.prefix_cache is not None and seq.num_prompt_tokens > bm.block_size:
             self._forks[seq] = forks
         else:
-            self.waiting.extend(forks)
+            for fork in forks:
+                self.waiting.add(fork)
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """End ``seq`` (stop, length, stop string or abort) and return its blocks at once."""
+        if seq.status is SequenceStatus.FINISHED:
+            return
+        self.fair_share.deactivate(seq.tenant)
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq.status is SequenceStatus.WAITING:
@@ -82,9 +101,14 @@ class Scheduler:
                 return
 
     def _release_forks(self, seq: Sequence) -> None:
-        # To the front, in choice order: the request was admitted already, so its choices do
-        # not queue again behind later arrivals.
-        self.waiting.extendleft(reversed(self._forks.pop(seq, [])))
+        # They share the request's arrival index, so they queue ahead of later arrivals.
+        for fork in self._forks.pop(seq, []):
+            self.waiting.add(fork)
+
+    def wait_info(self) -> dict[str, WaitInfo]:
+        """Why each waiting request (by request id) waits, as of the last ``schedule``."""
+        held = [s for forks in self._forks.values() for s in forks]
+        return explain(self.waiting, self._blocked, self._capped_tenants(), held)
 
     # -- the step --------------------------------------------------------------------------------
 
@@ -96,17 +120,20 @@ class Scheduler:
         chunks = [s for s in self.running if s.num_uncomputed_tokens > 1]
         for seq in decodes + chunks:
             # Recomputed each time: a preemption below can hand back a victim's planned tokens.
-            budget = self.config.max_num_batched_tokens - sum(planned.values())
+            budget = self._budget(planned)
             if seq.status is not SequenceStatus.RUNNING or budget == 0:
                 continue
             num_new = min(seq.num_uncomputed_tokens, budget)
             if self._make_room(seq, num_new, planned, preempted):
                 self.block_manager.allocate(seq, num_new)
                 planned[seq] = num_new
-        budget = self.config.max_num_batched_tokens - sum(planned.values())
+        self._blocked = None
         if not preempted:
-            self._admit(planned, budget)
+            self._admit(planned, preempted)
         return self._output(planned, preempted)
+
+    def _budget(self, planned: dict[Sequence, int]) -> int:
+        return self.config.max_num_batched_tokens - sum(planned.values())
 
     def _make_room(
         self,
@@ -115,41 +142,120 @@ class Scheduler:
         planned: dict[Sequence, int],
         preempted: list[Sequence],
     ) -> bool:
-        """Preempt from the tail of ``running`` until ``seq`` fits; False if ``seq`` itself went."""
+        """Preempt victims until ``seq`` fits; False if ``seq`` itself went."""
         while not self.block_manager.can_allocate(seq, num_new):
-            victim = self.running[-1]
-            self._preempt(victim)
-            preempted.append(victim)
-            planned.pop(victim, None)  # undo its share of this step if it had one
+            victim = _victim(self.running)
+            self._preempt(victim, "kv_cache_full", planned, preempted)
             if victim is seq:
                 return False
         return True
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _preempt(
+        self,
+        seq: Sequence,
+        reason: str,
+        planned: dict[Sequence, int],
+        preempted: list[Sequence],
+    ) -> None:
         self.running.remove(seq)
         self.block_manager.free(seq)
         seq.num_computed_tokens = 0
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
+        if reason == "priority":
+            seq.num_priority_preemptions += 1
         self.num_preemptions += 1
-        # Front of the queue, keeping preempted sequences in their original order.
-        self.waiting.appendleft(seq)
+        self.preemptions_by_reason[reason] += 1
+        planned.pop(seq, None)  # undo its share of this step if it had one
+        preempted.append(seq)
+        self.waiting.add(seq)  # under its original arrival: it keeps its place
 
-    def _admit(self, planned: dict[Sequence, int], budget: int) -> None:
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            seq = self.waiting[0]
+    def _admit(self, planned: dict[Sequence, int], preempted: list[Sequence]) -> None:
+        capped = self._capped_tenants()
+        while (budget := self._budget(planned)) > 0:
+            seq = self.waiting.head(capped)
+            if seq is None or seq in preempted:  # never restart a victim in the step it lost
+                return
             hit = self.block_manager.lookup(seq)  # its tokens need no computing
             num_new = min(seq.num_tokens - hit.num_tokens, budget)
-            if not self.block_manager.can_allocate(seq, num_new, hit):
-                break  # in order: a later, smaller request must not overtake the head
-            self.waiting.popleft()
-            self.block_manager.allocate(seq, num_new, hit)
-            if seq.num_preemptions == 0:
-                seq.num_cached_tokens = hit.num_tokens
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            planned[seq] = num_new
-            budget -= num_new
+            blocker = self._blocker(seq, num_new, hit)
+            if blocker is not None:
+                if not self._preempt_for(seq, num_new, hit, planned, preempted):
+                    # In order: a later, smaller request must not overtake the head.
+                    self._blocked = Blocked(seq, blocker)
+                    return
+                continue  # budget and prefix hit may have changed: look again
+            self._start(seq, num_new, hit, planned)
+            if seq.tenant in self._capped_tenants():
+                capped = self._capped_tenants()
+        head = self.waiting.head(capped)
+        if head is not None:
+            self._blocked = Blocked(head, WaitReason.STEP_BUDGET)
+
+    def _start(
+        self, seq: Sequence, num_new: int, hit: PrefixHit, planned: dict[Sequence, int]
+    ) -> None:
+        self.waiting.remove(seq)
+        self.block_manager.allocate(seq, num_new, hit)
+        if seq.num_preemptions == 0:
+            seq.num_cached_tokens = hit.num_tokens
+        # Charged once per prompt token, at admission, so that admitting several sequences in
+        # one step already alternates tenants; a recomputation after preemption is not charged.
+        uncharged = seq.num_prompt_tokens - max(hit.num_tokens, seq.num_prompt_tokens_charged)
+        if uncharged > 0:
+            self.fair_share.charge(seq.tenant, prompt_tokens=uncharged)
+            seq.num_prompt_tokens_charged = seq.num_prompt_tokens
+        seq.status = SequenceStatus.RUNNING
+        seq.start_index = next(self._starts)
+        self.running.append(seq)
+        planned[seq] = num_new
+
+    def _blocker(self, seq: Sequence, num_new: int, hit: PrefixHit) -> WaitReason | None:
+        if len(self.running) >= self.config.max_num_seqs:
+            return WaitReason.NO_BATCH_SLOT
+        if not self.block_manager.can_allocate(seq, num_new, hit):
+            return WaitReason.KV_CACHE_FULL
+        return None
+
+    def _preempt_for(
+        self,
+        seq: Sequence,
+        num_new: int,
+        hit: PrefixHit,
+        planned: dict[Sequence, int],
+        preempted: list[Sequence],
+    ) -> bool:
+        """Preempt less urgent running sequences so ``seq`` can start; False, preempting none,
+        if even all of them would not make room."""
+        if not self.config.preempt_for_priority:
+            return False
+        limit = self.config.max_priority_preemptions
+        victims = [
+            r
+            for r in self.running
+            if r.priority > seq.priority and r.num_priority_preemptions < limit
+        ]
+        if not victims:
+            return False
+        bm = self.block_manager
+        short = bm.num_needed(seq, num_new, hit) - bm.num_free_blocks
+        if short > bm.num_reclaimable(victims):
+            return False
+        while victims and (
+            len(self.running) >= self.config.max_num_seqs
+            or not bm.can_allocate(seq, num_new, bm.lookup(seq))
+        ):
+            victim = _victim(victims)
+            victims.remove(victim)
+            self._preempt(victim, "priority", planned, preempted)
+        return True
+
+    def _capped_tenants(self) -> set[str]:
+        cap = self.config.max_running_per_tenant
+        if cap is None:
+            return set()
+        counts = Counter(s.tenant for s in self.running)
+        return {t for t, n in counts.items() if n >= cap}
 
     def _output(self, planned: dict[Sequence, int], preempted: list[Sequence]) -> SchedulerOutput:
         self._last_planned = list(planned.items())
@@ -183,6 +289,13 @@ class Scheduler:
                 0, min(seq.num_prompt_tokens, seq.num_computed_tokens) - before
             )
             self.block_manager.cache_full_blocks(seq, before)
+            if seq.num_computed_tokens == seq.num_tokens:  # it samples a token this step
+                self.fair_share.charge(seq.tenant, output_tokens=1)
             if seq.num_computed_tokens >= seq.num_prompt_tokens:
                 self._release_forks(seq)
         self._last_planned = []
+
+
+def _victim(candidates: list[Sequence]) -> Sequence:
+    """The least urgent, then most recently started, sequence."""
+    return max(candidates, key=lambda s: (s.priority, s.start_index))

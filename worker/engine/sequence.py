@@ -44,12 +44,16 @@ class Sequence:
         *,
         index: int = 0,
         cache_salt: str | None = None,
+        priority: int = 0,
+        tenant: str = "default",
     ) -> None:
         self.request_id = request_id
         self.seq_id = next(_seq_ids)
         self.index = index  # which of the request's params.n choices this is
         self.params = params
         self.arrival_index = arrival_index
+        self.priority = priority  # lower is more urgent
+        self.tenant = tenant  # whose fair share it draws on
         self.cache_salt = cache_salt  # only sequences with the same salt share cached blocks
         self.token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
@@ -58,6 +62,10 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.num_preemptions = 0
+        self.num_priority_preemptions = 0  # of num_preemptions, those to make room for urgency
+        # Order of the last admission: the most recently started sequence is preempted first.
+        self.start_index = -1
+        self.num_prompt_tokens_charged = 0  # prompt tokens already charged to the tenant
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at first admission
         # Chained digests of the full blocks of token_ids, memoised by the prefix cache; they
         # depend only on the tokens and the salt, so they survive preemption.

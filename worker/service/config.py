@@ -36,6 +36,10 @@ class WorkerConfig:
     # so tenants never share cached prompts: no cross-tenant hits, and no timing side channel.
     isolate_tenant_caches: bool = False
     idle_wait_s: float = 0.05  # the model loop's sleep when it has nothing to run
+    # Of max_jobs, slots only the interactive band may take: with every other slot held by
+    # batch jobs, an urgent job is still read from Redis at once (then it preempts in the
+    # engine). None: an eighth of the capacity, at least 1.
+    urgent_reserve: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() or c in '"\\' for c in self.name):
@@ -48,6 +52,13 @@ class WorkerConfig:
             raise InvalidWorkerConfig("result_ttl_s must be >= 1")
         if self.max_publish_backlog < 1:
             raise InvalidWorkerConfig("max_publish_backlog must be >= 1")
+        if self.urgent_reserve is not None and self.urgent_reserve < 0:
+            raise InvalidWorkerConfig("urgent_reserve must be >= 0")
 
     def job_capacity(self, max_num_seqs: int) -> int:
         return self.max_jobs or max_num_seqs + max(4, max_num_seqs // 8)
+
+    def reserve(self, capacity: int) -> int:
+        """Slots kept for the interactive band; never all of them."""
+        wanted = max(1, capacity // 8) if self.urgent_reserve is None else self.urgent_reserve
+        return min(wanted, capacity - 1)

@@ -20,7 +20,8 @@ import structlog
 from pydantic import ValidationError
 
 from producer import scripts
-from producer.keys import Keys, is_valid_job_id
+from producer.fleet import queue_depths
+from producer.keys import Keys, band_of, is_valid_job_id
 from producer.protocol import (
     SUPPORTED_SCHEMA_VERSIONS,
     ErrorCode,
@@ -38,6 +39,7 @@ from worker.engine.prompt import (
 from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
 from worker.service.config import WorkerConfig
 from worker.service.jobs import AdmittedJob
+from worker.service.metrics import WorkerMetrics
 from worker.service.slots import Slots
 
 log = structlog.get_logger("paternoster.intake")
@@ -123,6 +125,8 @@ class Intake(threading.Thread):
         self._out = out
         self._wake = wake
         self._claim = client.register_script(scripts.CLAIM)
+        self._reserve = config.reserve(slots.capacity)
+        self.metrics: WorkerMetrics | None = None  # set by the worker; counts rejections
         self.stopping = threading.Event()
         self.clock_offset_s = 0.0
 
@@ -130,15 +134,20 @@ class Intake(threading.Thread):
         """Create the consumer group (and the stream) if missing, and this worker's consumer in
         it, so ``XINFO CONSUMERS`` lists the worker before its first job (a blocking
         XREADGROUP that finds nothing does not create it on Redis 7)."""
-        try:
-            self._redis.xgroup_create(self.keys.jobs, self.keys.group, id="0", mkstream=True)
-        except redis.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        self._redis.xgroup_createconsumer(self.keys.jobs, self.keys.group, self.config.name)
+        for stream in self.keys.job_streams:
+            try:
+                self._redis.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            self._redis.xgroup_createconsumer(stream, self.keys.group, self.config.name)
 
     def run(self) -> None:
+        next_depths = 0.0
         while not self.stopping.is_set():
+            if self.metrics is not None and time.monotonic() >= next_depths:
+                next_depths = time.monotonic() + 1.0  # 3 XINFO calls a second: negligible
+                self._report_depths(self.metrics)
             got = self._slots.take(self._slots.capacity, timeout_s=0.2)
             if got == 0:
                 continue
@@ -156,15 +165,23 @@ class Intake(threading.Thread):
                 self.ensure_group()
                 continue
             self._slots.give(got - len(entries))
-            for entry_id, fields in entries:
-                if not self._take_safely(entry_id, fields):
+            for stream, entry_id, fields in entries:
+                if not self._take_safely(stream, entry_id, fields):
                     self._slots.give(1)
 
-    def _take_safely(self, entry_id: str, fields: Mapping[str, str]) -> bool:
+    def _report_depths(self, metrics: WorkerMetrics) -> None:
+        try:
+            depths = queue_depths(self._redis, self.keys)
+        except redis.RedisError:
+            return  # the read below reports the connection problem
+        for band, depth in depths.items():
+            metrics.queue_depth(band=band, depth=depth)
+
+    def _take_safely(self, stream: str, entry_id: str, fields: Mapping[str, str]) -> bool:
         """``_take``, but no error ends the intake thread: a dead intake would leave a live
         process that never takes another job."""
         try:
-            return self._take(entry_id, fields)
+            return self._take(stream, entry_id, fields)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # The entry stays pending in the group: it is not lost, only not started here.
             log.warning("intake_claim_failed", entry_id=entry_id, error=str(exc))
@@ -173,44 +190,62 @@ class Intake(threading.Thread):
             log.exception("intake_failed", entry_id=entry_id, error=repr(exc))
         return False
 
-    def _read(self, count: int) -> list[tuple[str, Mapping[str, str]]]:
+    def _read(self, count: int) -> list[tuple[str, str, Mapping[str, str]]]:
+        """Up to ``count`` entries, most urgent band first: a band is read only when every
+        more urgent one is empty. Only the interactive band may use the reserved slots."""
+        free = self._slots.capacity - self._slots.in_use  # besides the ``count`` held here
+        room = min(count, count + free - self._reserve)  # for the other bands
+        urgent, *others = self.keys.job_streams
+        streams = [urgent, *(others if room > 0 else [])]
+        for stream in streams:
+            entries = self._xreadgroup([stream], count if stream == urgent else room, None)
+            if entries:
+                return entries
+        # All empty: wait on them together. XREADGROUP's COUNT is per stream, so wait on no
+        # more of them than there is room for; a band left out is read on the next pass.
+        waited = [urgent, *others[: max(0, min(count - 1, room))]]
+        return self._xreadgroup(waited, 1, self.config.read_block_ms)
+
+    def _xreadgroup(
+        self, streams: list[str], count: int, block_ms: int | None
+    ) -> list[tuple[str, str, Mapping[str, str]]]:
         reply: Any = self._redis.xreadgroup(
             self.keys.group,
             self.config.name,
-            {self.keys.jobs: ">"},
+            dict.fromkeys(streams, ">"),
             count=count,
-            block=self.config.read_block_ms,
+            block=block_ms,
         )
-        return list(reply[0][1]) if reply else []
+        return [(stream, eid, fields) for stream, entries in reply or [] for eid, fields in entries]
 
-    def _take(self, entry_id: str, fields: Mapping[str, str]) -> bool:
+    def _take(self, stream: str, entry_id: str, fields: Mapping[str, str]) -> bool:
         """Claim one entry; True when it went to the model loop (and keeps its slot)."""
         job_id = fields.get("id", "")
         if not is_valid_job_id(job_id):
             # Nowhere to report it: no valid result stream name. Log and acknowledge.
             log.error("job_rejected", entry_id=entry_id, job_id=job_id[:200], code="invalid_id")
-            self._redis.xack(self.keys.jobs, self.keys.group, entry_id)
-            self._redis.xdel(self.keys.jobs, entry_id)
+            self._redis.xack(stream, self.keys.group, entry_id)
+            self._redis.xdel(stream, entry_id)
             return False
         try:
             spec, ids = parse_job(job_id, fields.get("payload"), self._limits)
             params = SamplingParams(**spec.sampling.model_dump())
         except Rejected as exc:
-            self._reject(entry_id, job_id, exc.code, exc.message)
+            self._reject(stream, entry_id, job_id, exc.code, exc.message)
             return False
         except InvalidSamplingParams as exc:
-            self._reject(entry_id, job_id, ErrorCode.INVALID_REQUEST, str(exc))
+            self._reject(stream, entry_id, job_id, ErrorCode.INVALID_REQUEST, str(exc))
             return False
         except Exception as exc:  # e.g. a tokenizer failing on some input: this job, not us
             log.exception("job_parse_failed", job_id=job_id)
             self._reject(
-                entry_id, job_id, ErrorCode.INTERNAL, f"could not prepare the job: {exc!r}"
+                stream, entry_id, job_id, ErrorCode.INTERNAL, f"could not prepare the job: {exc!r}"
             )
             return False
         deadline = "" if spec.deadline is None else repr(spec.deadline)
         expired = event_fields(ExpiredEvent(message="deadline passed before the job started"))
         outcome, submitted, now = self._run_claim(
-            entry_id, job_id, "start", deadline, "", expired["data"]
+            stream, entry_id, job_id, "start", deadline, "", expired["data"]
         )
         if outcome != "started":
             log.info("job_skipped", job_id=job_id, state=outcome)
@@ -219,6 +254,7 @@ class Intake(threading.Thread):
         job = AdmittedJob(
             job_id=job_id,
             entry_id=entry_id,
+            stream=stream,
             prompt_token_ids=tuple(ids),
             params=params,
             tenant=spec.tenant,
@@ -226,6 +262,9 @@ class Intake(threading.Thread):
             submitted_at=float(submitted),
             started_at=float(now),
             clock_offset_s=self.clock_offset_s,
+            priority=spec.priority,
+            band=band_of(spec.priority),
+            deadline=spec.deadline,
         )
         log.info(
             "job_started",
@@ -240,17 +279,28 @@ class Intake(threading.Thread):
     def _tenant_salt(self, tenant: str) -> str | None:
         return f"tenant:{tenant}" if self.config.isolate_tenant_caches else None
 
-    def _reject(self, entry_id: str, job_id: str, code: ErrorCode, message: str) -> None:
+    def _reject(
+        self, stream: str, entry_id: str, job_id: str, code: ErrorCode, message: str
+    ) -> None:
         data = event_fields(ErrorEvent(code=code.value, message=message))["data"]
-        outcome, _, _ = self._run_claim(entry_id, job_id, "reject", "", data, "")
+        outcome, _, _ = self._run_claim(stream, entry_id, job_id, "reject", "", data, "")
+        if self.metrics is not None:
+            self.metrics.rejected(code=code.value)
         log.warning(
             "job_rejected", job_id=job_id, code=code.value, message=message[:300], outcome=outcome
         )
 
     def _run_claim(
-        self, entry_id: str, job_id: str, action: str, deadline: str, error: str, expired: str
+        self,
+        stream: str,
+        entry_id: str,
+        job_id: str,
+        action: str,
+        deadline: str,
+        error: str,
+        expired: str,
     ) -> tuple[str, str, str]:
-        keys = [self.keys.job(job_id), self.keys.events(job_id), self.keys.jobs]
+        keys = [self.keys.job(job_id), self.keys.events(job_id), stream]
         args: list[str | int] = [
             action,
             self.config.name,
@@ -260,6 +310,7 @@ class Intake(threading.Thread):
             expired,
             self.keys.group,
             entry_id,
+            self.keys.prefix,  # the script derives the admission-load keys from it
         ]
         outcome, submitted, now = self._claim(keys=keys, args=args)
         return str(outcome), str(submitted), str(now)

@@ -17,6 +17,7 @@ from producer.protocol import (
     ChoiceEnd,
     DoneEvent,
     ErrorEvent,
+    ExpiredEvent,
     Timings,
     TokenEvent,
     TokenLogprob,
@@ -29,7 +30,7 @@ from worker.engine.sampler import TokenLogprobs
 from worker.engine.sampling_params import SamplingParams
 from worker.service.publisher import Command, expire, hset, xack, xadd
 
-_DONE_REASONS = ("stop", "length", "stop_string")
+_DONE_REASONS = ("stop", "length", "stop_string")  # "deadline" is the worker's, not the engine's
 Status = dict[str, str | int | float]
 STATUS_EVERY_TOKENS = 16
 
@@ -40,6 +41,7 @@ class AdmittedJob:
 
     job_id: str
     entry_id: str  # its entry in the jobs stream: acknowledged after the terminal event
+    stream: str  # the jobs stream of its priority band, which holds that entry
     prompt_token_ids: tuple[int, ...]
     params: SamplingParams
     tenant: str
@@ -47,6 +49,9 @@ class AdmittedJob:
     submitted_at: float  # Redis clock, unix s
     started_at: float  # Redis clock, unix s
     clock_offset_s: float  # Redis clock minus this host's time.time(), measured at the claim
+    priority: int = 0
+    band: str = "default"
+    deadline: float | None = None  # unix s (Redis clock); past it the job ends with what it has
 
 
 @dataclass
@@ -100,6 +105,11 @@ class ActiveJob:
     first_token_at: float | None = None
     num_cached_tokens: int = 0
     choices: list[ChoiceStream] = field(default_factory=list)
+    # Why the worker ended it early: "deadline" (the engine reports it as an abort).
+    ending: str | None = None
+    outcome: str | None = None  # its final state once the terminal event is built
+    num_preemptions: int = 0  # times the engine freed its KV to make room (it resumes)
+    finish_reason: str | None = None
 
     def __post_init__(self) -> None:
         self.choices = [ChoiceStream(i) for i in range(self.job.params.n)]
@@ -123,12 +133,18 @@ class ActiveJob:
         choice.add(out)
         self.num_cached_tokens = max(self.num_cached_tokens, out.num_cached_tokens)
         commands: list[Command] = []
-        aborted = out.finished and out.finish_reason not in _DONE_REASONS
+        # A cancel drops unpublished tokens; a deadline publishes what the job produced.
+        aborted = out.finished and out.finish_reason not in _DONE_REASONS and not self.ending
         if choice.ids and not aborted and (len(choice.ids) >= self.stream_interval or out.finished):
             commands += self._token_event(choice)
         if self.finished:
             commands += self._terminal(out.num_prompt_tokens)
         return commands
+
+    def on_preempted(self) -> list[Command]:
+        """The engine freed this job's KV; it waits and later resumes where it stopped."""
+        self.num_preemptions += 1
+        return [hset(self.keys.job(self.job.job_id), {"preemptions": self.num_preemptions})]
 
     def _token_event(self, choice: ChoiceStream) -> list[Command]:
         before = self.num_published_tokens
@@ -167,7 +183,11 @@ class ActiveJob:
             "cached_prompt_tokens": usage.cached_prompt_tokens,
         }
         reasons = [c.finish_reason for c in self.choices]
-        if any(r not in _DONE_REASONS for r in reasons):  # aborted: a client cancelled it
+        if self.ending == "deadline":
+            if self.num_published_tokens == 0:
+                return self.expire("deadline passed before the job produced a token")
+            reasons = [r if r in _DONE_REASONS else "deadline" for r in reasons]
+        elif any(r not in _DONE_REASONS for r in reasons):  # aborted: a client cancelled it
             status["state"] = "cancelled"
             return self.end_commands(event_fields(CancelledEvent(usage=usage)), status)
         submitted = self.job.submitted_at
@@ -206,6 +226,10 @@ class ActiveJob:
         }
         return self.end_commands(event_fields(event), status)
 
+    def expire(self, message: str) -> list[Command]:
+        status: Status = {"state": "expired", "finished_at": f"{self.now():.6f}"}
+        return self.end_commands(event_fields(ExpiredEvent(message=message)), status)
+
     def cancel(self) -> list[Command]:
         """End a job the engine never saw (cancelled between intake and the model loop)."""
         usage = self.usage(len(self.job.prompt_token_ids))
@@ -217,12 +241,16 @@ class ActiveJob:
     ) -> list[Command]:
         """Terminal event, final status, TTLs, then XACK and XDEL: in this order, one connection."""
         job_id = self.job.job_id
+        if self.num_preemptions:
+            status = {**status, "preemptions": self.num_preemptions}
+        self.outcome = str(status.get("state", ""))
+        self.finish_reason = str(status["finish_reason"]) if "finish_reason" in status else None
         return [
             xadd(self.keys.events(job_id), fields),
             hset(self.keys.job(job_id), status),
             expire(self.keys.job(job_id), self.result_ttl_s),
             expire(self.keys.events(job_id), self.result_ttl_s),
-            xack(self.keys.jobs, self.keys.group, self.job.entry_id),
+            xack(self.job.stream, self.keys.group, self.job.entry_id),
             # The jobs stream keeps only jobs not yet ended: no trimming can drop a pending one.
-            Command("XDEL", (self.keys.jobs, self.job.entry_id)),
+            Command("XDEL", (self.job.stream, self.job.entry_id)),
         ]

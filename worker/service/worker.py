@@ -21,7 +21,9 @@ from worker.service.cancels import CancelListener
 from worker.service.config import WorkerConfig
 from worker.service.intake import Intake, PromptLimits
 from worker.service.jobs import ActiveJob, AdmittedJob
+from worker.service.metrics import WorkerMetrics
 from worker.service.publisher import Command, Publisher
+from worker.service.reporting import Reporter
 from worker.service.slots import Slots
 
 log = structlog.get_logger("paternoster.worker")
@@ -30,9 +32,14 @@ EARLY_CANCEL_TTL_S = 60.0  # how long a cancel for a job not (yet) seen here is 
 
 class JobWorker:
     def __init__(
-        self, engine: LLMEngine, redis_url: str, config: WorkerConfig | None = None
+        self,
+        engine: LLMEngine,
+        redis_url: str,
+        config: WorkerConfig | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.engine = engine
+        self.metrics = metrics
         self.config = config = config or WorkerConfig()
         self.keys = Keys(config.prefix)
         # One connection per thread: a blocking read must not hold up the publisher. No socket
@@ -51,10 +58,12 @@ class JobWorker:
             _own_tokenizer(engine), engine.max_model_len, engine.model_config.vocab_size
         )
         self.intake = Intake(self._reader, config, limits, self.slots, self._admitted, self._wake)
+        self.intake.metrics = metrics
         self.cancels = CancelListener(
             self._canceller, self.keys, self._cancel_ids, self._wake, config.read_block_ms
         )
         self.publisher = Publisher(self._writer, config.max_publish_backlog)
+        self.reporter = Reporter(engine, self.keys, config.name, metrics)
         self.active: dict[str, ActiveJob] = {}
         self._early_cancels: dict[str, float] = {}
         self._aborts_pending = False  # the engine reports aborts at its next step: take one
@@ -79,6 +88,7 @@ class JobWorker:
         finally:
             self.intake.stopping.set()
             self.cancels.stopping.set()
+            self.publisher.publish(self.reporter.goodbye())
             self.publisher.close()
             # Blocking reads return within read_block_ms; wait so no thread outlives run().
             self.intake.join(timeout=self.config.read_block_ms / 1000 + 5)
@@ -95,21 +105,51 @@ class JobWorker:
         """One loop iteration: admit, cancel, run one engine step, hand its events over."""
         self._admit()
         self._apply_cancels()
+        self._check_deadlines()
+        draining = self.stop_event.is_set()
         if not (self.engine.has_unfinished() or self._aborts_pending):
+            self.publisher.publish(self.reporter.heartbeat(draining))
+            if self.metrics is not None:
+                self.metrics.mark_alive()
             self._wake.wait(self.config.idle_wait_s)
             self._wake.clear()
             return
         self._aborts_pending = False
         commands: list[Command] = []
+        generated = 0
+        started = time.perf_counter()
         for out in self.engine.step():
+            generated += len(out.new_token_ids)
             job = self.active.get(out.request_id)
             if job is None:
                 continue
+            had_token = job.first_token_at is not None
             commands += job.on_output(out)
+            if self.metrics is not None and not had_token and job.first_token_at is not None:
+                ttft_s = job.first_token_at - job.job.submitted_at
+                self.metrics.first_token(band=job.job.band, ttft_s=ttft_s)
             if job.finished:
                 self._end(job, str(out.finish_reason))
+        for job_id in self.engine.last_preempted:
+            if (preempted := self.active.get(job_id)) is not None:
+                commands += preempted.on_preempted()
         self.num_steps += 1
+        step_s = time.perf_counter() - started
+        self.reporter.step(self.active, step_s, self.engine.last_num_batched_tokens, generated)
+        commands += self.reporter.waits(self.active)
+        commands += self.reporter.heartbeat(draining)
         self.publisher.publish(commands)
+
+    def _check_deadlines(self) -> None:
+        """A running job past its deadline ends with what it produced (finish_reason
+        ``deadline``); one that produced nothing yet ends ``expired``. The engine frees its
+        blocks now and reports the abort at the next step."""
+        for job_id, job in self.active.items():
+            deadline = job.job.deadline
+            if deadline is not None and job.ending is None and job.now() > deadline:
+                job.ending = "deadline"
+                self._aborts_pending |= self.engine.abort(job_id)
+                log.info("job_deadline", job_id=job_id, completion_tokens=job.num_published_tokens)
 
     def _admit(self) -> None:
         while True:
@@ -130,12 +170,17 @@ class JobWorker:
                     params=job.params,
                     prompt_token_ids=job.prompt_token_ids,
                     cache_salt=job.cache_salt,
+                    priority=job.priority,
+                    tenant=job.tenant,
                 )
             except InvalidRequestError as exc:
                 self.publisher.publish(active.fail(ErrorCode.INVALID_PROMPT.value, str(exc)))
                 self._end(active, "error")
                 continue
             self.active[job.job_id] = active
+            if self.metrics is not None:
+                queued_s = job.started_at - job.submitted_at
+                self.metrics.job_started(band=job.band, queued_s=queued_s)
 
     def _apply_cancels(self) -> None:
         now = time.monotonic()
@@ -161,13 +206,32 @@ class JobWorker:
 
     def _end(self, job: ActiveJob, reason: str) -> None:
         self.active.pop(job.job.job_id, None)
+        self.publisher.publish(self.reporter.forget(job.job.job_id))
         self.slots.give(1)
+        if self.metrics is not None:
+            self._observe_end(job)
         log.info(
             "job_finished",
             job_id=job.job.job_id,
             reason=reason,
             completion_tokens=job.num_published_tokens,
             total_s=round(job.now() - job.job.submitted_at, 6),
+        )
+
+    def _observe_end(self, job: ActiveJob) -> None:
+        assert self.metrics is not None
+        end = job.now()
+        tokens = job.num_published_tokens
+        tpot_s = None
+        if job.first_token_at is not None and tokens > 1:
+            tpot_s = (end - job.first_token_at) / (tokens - 1)
+        self.metrics.job_finished(
+            band=job.job.band,
+            outcome=job.outcome or "",
+            finish_reason=job.finish_reason,
+            e2e_s=end - job.job.submitted_at,
+            tpot_s=tpot_s,
+            completion_tokens=tokens,
         )
 
 

@@ -1,0 +1,123 @@
+"""Priority, deadlines, wait reasons and heartbeats through Redis, on the tiny model."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from producer import JobExpired, Producer
+from producer.fleet import live_workers
+from tests.service.conftest import running_worker, tiny_engine
+from tests.service.streams import check_stream
+from worker.engine.llm_engine import LLMEngine
+from worker.engine.outputs import RequestOutput
+from worker.engine.sampling_params import SamplingParams
+from worker.service.metrics import WorkerMetrics
+
+GREEDY = {"temperature": 0.0, "ignore_eos": True}
+
+
+def slowed(engine: LLMEngine, step_s: float) -> LLMEngine:
+    """The engine with each step taking at least ``step_s``: time-based behaviour (deadlines,
+    waits) then does not depend on how fast this machine runs a tiny model."""
+    step: Callable[[], list[RequestOutput]] = engine.step
+
+    def slow_step() -> list[RequestOutput]:
+        time.sleep(step_s)
+        return step()
+
+    engine.step = slow_step  # type: ignore[method-assign]
+    return engine
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := check()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+    return value
+
+
+def test_urgent_job_overtakes_a_batch_flood_and_preempted_jobs_resume_exactly(
+    tiny_model_dir: Path, redis_url: str, prefix: str
+) -> None:
+    engine = tiny_engine(tiny_model_dir, seqs=2)
+    prompts = [f"batch job number {i}" for i in range(8)]
+    offline = engine.generate(prompts, SamplingParams(max_tokens=60, **GREEDY))
+    slowed(engine, 0.01)
+    with (
+        running_worker(engine, redis_url, prefix) as worker,
+        Producer(redis_url, prefix=prefix) as p,
+    ):
+        batch = [p.submit(t, max_tokens=60, priority="batch", **GREEDY) for t in prompts]
+        # Every slot but the reserved one is held by batch jobs; the rest wait in Redis.
+        held = worker.slots.capacity - 1
+        wait_until(lambda: sum(h.status().state == "running" for h in batch) == held)
+        wait_until(lambda: sum(h.status().first_token_at is not None for h in batch) == 2)
+        without_token = [h for h in batch if h.status().first_token_at is None]
+        urgent = p.submit("urgent", max_tokens=5, priority="interactive", **GREEDY)
+        assert len(urgent.result(timeout_s=30).token_ids) == 5
+        results = [h.result(timeout_s=60) for h in batch]
+        first_urgent = urgent.status().first_token_at
+        assert first_urgent is not None and len(without_token) == 6
+        for handle in without_token:
+            assert first_urgent < (handle.status().first_token_at or 0), handle.job_id
+        for handle, result, expected in zip(batch, results, offline, strict=True):
+            assert check_stream(list(p.stream(handle.job_id))) == list(expected.token_ids)
+            assert result.token_ids == list(expected.token_ids)
+        preempted = [h for h in batch if (h.status().preemptions or 0) > 0]
+        assert preempted, "the urgent job preempted a running batch job"
+        assert engine.scheduler.preemptions_by_reason["priority"] >= 1
+
+
+def test_deadline_ends_a_running_job_with_what_it_produced_and_a_waiting_one_expires(
+    tiny_model_dir: Path, redis_url: str, prefix: str
+) -> None:
+    engine = slowed(tiny_engine(tiny_model_dir, seqs=1), 0.01)
+    with (
+        running_worker(engine, redis_url, prefix),
+        Producer(redis_url, prefix=prefix) as p,
+    ):
+        running = p.submit("long", max_tokens=400, deadline_s=0.8, **GREEDY)
+        waiting = p.submit("never runs", max_tokens=5, deadline_s=0.5, **GREEDY)
+        result = running.result(timeout_s=30)
+        assert result.finish_reason == "deadline"
+        assert 0 < len(result.token_ids) < 400
+        assert check_stream(list(p.stream(running.job_id))) == result.token_ids
+        assert running.status().finish_reason == "deadline"
+        with pytest.raises(JobExpired):
+            waiting.result(timeout_s=30)
+        assert waiting.status().state == "expired"
+        assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
+
+
+def test_a_job_waiting_in_the_worker_shows_why_and_workers_heartbeat(
+    tiny_model_dir: Path, redis_url: str, prefix: str
+) -> None:
+    engine = slowed(tiny_engine(tiny_model_dir, seqs=1), 0.01)
+    metrics = WorkerMetrics("w-test")
+    with (
+        running_worker(engine, redis_url, prefix, name="w-test", metrics=metrics),
+        Producer(redis_url, prefix=prefix) as p,
+    ):
+        first = p.submit("first", max_tokens=250, **GREEDY)
+        second = p.submit("second", max_tokens=5, **GREEDY)
+        # Queued in Redis it may first read "no_worker" until the first heartbeat lands.
+        status = wait_until(lambda: (s := second.status()).wait_reason == "no_batch_slot" and s)
+        assert status.state == "running" and status.position == 0
+        # Heartbeats come about once a second: wait for one from the busy worker.
+        workers = wait_until(lambda: (w := live_workers(p.redis, p.keys)) and w[0].steps and w)
+        assert [w.name for w in workers] == ["w-test"]
+        assert workers[0].running == 1 and workers[0].max_num_seqs == 1
+        assert workers[0].kv_blocks_used > 0
+        first.result(timeout_s=30)
+        second.result(timeout_s=30)
+        assert second.status().wait_reason is None  # cleared when it started
+        text = metrics.render().decode()
+        assert 'finish_reason="length",outcome="done"' in text
+    with Producer(redis_url, prefix=prefix) as p:
+        assert live_workers(p.redis, p.keys) == []  # it said goodbye on stop
