@@ -24,6 +24,7 @@ from producer.errors import InvalidJob, JobEnded, JobNotFound, JobTimeout, NoRed
 from producer.limits_cli import add_limits_command
 from producer.protocol import JobState, TokenEvent
 from producer.results import JobResult
+from producer.top import add_top_command
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,6 +111,7 @@ def add_producer_commands(sub: Any) -> None:
     cancel.set_defaults(func=_guarded(cmd_cancel))
 
     add_limits_command(sub, common, _guarded)
+    add_top_command(sub, common, _guarded)
 
 
 Command = Callable[[argparse.Namespace], int]

@@ -160,7 +160,12 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--prefix", default=None, help="key prefix (default: PATERNOSTER_PREFIX or paternoster)"
     )
-    g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    g.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="JSON log lines on stderr at this level and above (default info: one per job event)",
+    )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -261,10 +266,38 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     add_producer_commands(sub)
     add_gateway_command(sub)
+    # Listed for --help only: main() hands `bench` and every flag after it to load.py's parser.
+    bench = sub.add_parser("bench", add_help=False, help="open-loop load benchmark of a worker")
+    bench.add_argument("argv", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=lambda a: cmd_bench(a.argv))
     return parser
 
 
+def cmd_bench(argv: Sequence[str]) -> int:
+    """``ops/bench/load.py``'s main: in a source checkout only (ops/ is not installed)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "ops" / "bench" / "load.py"
+    spec = importlib.util.spec_from_file_location("paternoster_bench_load", path)
+    if not path.exists() or spec is None or spec.loader is None:
+        print(f"paternoster bench: error: needs a source checkout ({path})", file=sys.stderr)
+        return 2
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    try:
+        module.main(list(argv))
+    except (ValueError, FileNotFoundError) as err:  # a bad mix file, model path or flag value
+        print(f"paternoster bench: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # load.py parses its own flags (argparse would refuse them here)
+        return cmd_bench(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

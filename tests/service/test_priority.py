@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from producer import JobExpired, Producer
+from producer import JobExpired, JobFailed, JobHandle, Overloaded, Producer
+from producer.admission import Cap, Limits, read_load, write_limits
 from producer.fleet import live_workers
 from tests.service.conftest import running_worker, tiny_engine
 from tests.service.streams import check_stream
@@ -121,3 +123,56 @@ def test_a_job_waiting_in_the_worker_shows_why_and_workers_heartbeat(
         assert 'finish_reason="length",outcome="done"' in text
     with Producer(redis_url, prefix=prefix) as p:
         assert live_workers(p.redis, p.keys) == []  # it said goodbye on stop
+
+
+def test_a_prompt_larger_than_the_whole_kv_pool_fails_at_once_and_the_queue_moves(
+    tiny_model_dir: Path, redis_url: str, prefix: str
+) -> None:
+    engine = tiny_engine(tiny_model_dir, num_blocks=8)  # 32 tokens of KV; the context is 512
+    with (
+        running_worker(engine, redis_url, prefix),
+        Producer(redis_url, prefix=prefix) as p,
+    ):
+        huge = p.submit(prompt_token_ids=list(range(5, 45)), max_tokens=2, **GREEDY)
+        after = p.submit("short", max_tokens=3, **GREEDY)
+        with pytest.raises(JobFailed) as failed:
+            huge.result(timeout_s=30)
+        assert failed.value.code == "prompt_too_long" and "KV pool" in str(failed.value)
+        assert len(after.result(timeout_s=30).token_ids) == 3
+
+
+def test_overload_refuses_beyond_the_limit_and_every_accepted_job_completes(
+    tiny_model_dir: Path, redis_url: str, prefix: str
+) -> None:
+    engine = slowed(tiny_engine(tiny_model_dir, seqs=2), 0.005)
+    with (
+        running_worker(engine, redis_url, prefix, max_jobs=2),
+        Producer(redis_url, prefix=prefix) as p,
+    ):
+        write_limits(p.redis, p.keys, Limits(bands={"default": Cap(jobs=3)}))
+        accepted: list[JobHandle] = []
+        refused: list[Overloaded] = []
+        lock = threading.Lock()
+
+        def submit_many(n: int) -> None:
+            for i in range(n):
+                try:
+                    handle = p.submit(f"job {i}", max_tokens=12, **GREEDY)
+                except Overloaded as exc:
+                    with lock:
+                        refused.append(exc)
+                else:
+                    with lock:
+                        accepted.append(handle)
+
+        threads = [threading.Thread(target=submit_many, args=(10,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert refused and accepted and len(refused) + len(accepted) == 40
+        assert {(e.scope, e.kind, e.limit) for e in refused} == {("band:default", "jobs", 3)}
+        for handle in accepted:  # nothing hangs: every accepted job ends done
+            assert len(handle.result(timeout_s=60).token_ids) == 12
+        load = read_load(p.redis, p.keys.band_load("default"))
+        assert (load.jobs, load.tokens) in ((0, 0), (None, None))

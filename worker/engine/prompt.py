@@ -39,8 +39,8 @@ def check_prompt(ids: Sequence[int], max_model_len: int, vocab_size: int) -> Non
     if len(ids) >= max_model_len:
         raise PromptTooLongError(
             f"the prompt has {len(ids)} tokens; this engine fits at most "
-            f"{max_model_len - 1} (max_model_len {max_model_len}, "
-            "prompt plus at least one generated token)"
+            f"{max_model_len - 1} (max_model_len {max_model_len}: the smaller of the model's "
+            "context and the whole KV pool, prompt plus at least one generated token)"
         )
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:

@@ -23,8 +23,10 @@ from collections.abc import Iterable
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.fair_share import FairShare
+from worker.engine.preemption import victim as pick_victim
+from worker.engine.preemption import victims_for
 from worker.engine.prefix_cache import PrefixHit
-from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.wait_queue import WaitQueue
 from worker.engine.wait_reasons import Blocked, WaitInfo, WaitReason, explain
@@ -144,7 +146,7 @@ class Scheduler:
     ) -> bool:
         """Preempt victims until ``seq`` fits; False if ``seq`` itself went."""
         while not self.block_manager.can_allocate(seq, num_new):
-            victim = _victim(self.running)
+            victim = pick_victim(self.running)
             self._preempt(victim, "kv_cache_full", planned, preempted)
             if victim is seq:
                 return False
@@ -180,10 +182,15 @@ class Scheduler:
             num_new = min(seq.num_tokens - hit.num_tokens, budget)
             blocker = self._blocker(seq, num_new, hit)
             if blocker is not None:
-                if not self._preempt_for(seq, num_new, hit, planned, preempted):
+                victims = victims_for(
+                    seq, num_new, hit, self.running, self.config, self.block_manager
+                )
+                if not victims:
                     # In order: a later, smaller request must not overtake the head.
                     self._blocked = Blocked(seq, blocker)
                     return
+                for v in victims:
+                    self._preempt(v, "priority", planned, preempted)
                 continue  # budget and prefix hit may have changed: look again
             self._start(seq, num_new, hit, planned)
             if seq.tenant in self._capped_tenants():
@@ -217,39 +224,6 @@ class Scheduler:
             return WaitReason.KV_CACHE_FULL
         return None
 
-    def _preempt_for(
-        self,
-        seq: Sequence,
-        num_new: int,
-        hit: PrefixHit,
-        planned: dict[Sequence, int],
-        preempted: list[Sequence],
-    ) -> bool:
-        """Preempt less urgent running sequences so ``seq`` can start; False, preempting none,
-        if even all of them would not make room."""
-        if not self.config.preempt_for_priority:
-            return False
-        limit = self.config.max_priority_preemptions
-        victims = [
-            r
-            for r in self.running
-            if r.priority > seq.priority and r.num_priority_preemptions < limit
-        ]
-        if not victims:
-            return False
-        bm = self.block_manager
-        short = bm.num_needed(seq, num_new, hit) - bm.num_free_blocks
-        if short > bm.num_reclaimable(victims):
-            return False
-        while victims and (
-            len(self.running) >= self.config.max_num_seqs
-            or not bm.can_allocate(seq, num_new, bm.lookup(seq))
-        ):
-            victim = _victim(victims)
-            victims.remove(victim)
-            self._preempt(victim, "priority", planned, preempted)
-        return True
-
     def _capped_tenants(self) -> set[str]:
         cap = self.config.max_running_per_tenant
         if cap is None:
@@ -259,25 +233,7 @@ class Scheduler:
 
     def _output(self, planned: dict[Sequence, int], preempted: list[Sequence]) -> SchedulerOutput:
         self._last_planned = list(planned.items())
-        items = [
-            ScheduledSequence(
-                request_id=seq.request_id,
-                token_ids=tuple(
-                    seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n]
-                ),
-                num_computed_tokens=seq.num_computed_tokens,
-                block_ids=tuple(seq.block_ids),
-                samples=seq.num_computed_tokens + n == seq.num_tokens,
-                seq_id=seq.seq_id,
-            )
-            for seq, n in planned.items()
-        ]
-        items.sort(key=lambda s: not s.is_decode)  # stable: decodes first, in running order
-        return SchedulerOutput(
-            scheduled=tuple(items),
-            num_batched_tokens=sum(planned.values()),
-            preempted_ids=tuple(s.request_id for s in preempted),
-        )
+        return SchedulerOutput.build(planned.items(), preempted)
 
     def update(self, output: SchedulerOutput) -> None:
         """After the runner ran ``output``: its scheduled tokens are now computed (and the blocks
@@ -294,8 +250,3 @@ class Scheduler:
             if seq.num_computed_tokens >= seq.num_prompt_tokens:
                 self._release_forks(seq)
         self._last_planned = []
-
-
-def _victim(candidates: list[Sequence]) -> Sequence:
-    """The least urgent, then most recently started, sequence."""
-    return max(candidates, key=lambda s: (s.priority, s.start_index))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from worker.engine.sequence import Sequence
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,32 @@ class SchedulerOutput:
     scheduled: tuple[ScheduledSequence, ...]
     num_batched_tokens: int  # sum of num_scheduled_tokens; never above the step budget
     preempted_ids: tuple[str, ...]  # sequences whose blocks were freed this step
+
+    @classmethod
+    def build(
+        cls, planned: Iterable[tuple[Sequence, int]], preempted: Iterable[Sequence]
+    ) -> SchedulerOutput:
+        """The step for ``planned`` (sequence, tokens to compute), decodes first."""
+        planned = list(planned)
+        items = [
+            ScheduledSequence(
+                request_id=seq.request_id,
+                token_ids=tuple(
+                    seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n]
+                ),
+                num_computed_tokens=seq.num_computed_tokens,
+                block_ids=tuple(seq.block_ids),
+                samples=seq.num_computed_tokens + n == seq.num_tokens,
+                seq_id=seq.seq_id,
+            )
+            for seq, n in planned
+        ]
+        items.sort(key=lambda s: not s.is_decode)  # stable: decodes first, in running order
+        return cls(
+            scheduled=tuple(items),
+            num_batched_tokens=sum(n for _, n in planned),
+            preempted_ids=tuple(s.request_id for s in preempted),
+        )
 
     @property
     def is_empty(self) -> bool:

@@ -8,7 +8,6 @@ dropped; a good one is marked running, gets ``started``, and goes to the model l
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -17,93 +16,24 @@ from typing import Any
 
 import redis
 import structlog
-from pydantic import ValidationError
 
 from producer import scripts
 from producer.fleet import queue_depths
 from producer.keys import Keys, band_of, is_valid_job_id
 from producer.protocol import (
-    SUPPORTED_SCHEMA_VERSIONS,
     ErrorCode,
     ErrorEvent,
     ExpiredEvent,
-    JobSpec,
     event_fields,
-)
-from worker.engine.prompt import (
-    InvalidRequestError,
-    PromptTooLongError,
-    check_prompt,
-    encode_prompt,
 )
 from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
 from worker.service.config import WorkerConfig
+from worker.service.job_parsing import PromptLimits, Rejected, parse_job
 from worker.service.jobs import AdmittedJob
 from worker.service.metrics import WorkerMetrics
 from worker.service.slots import Slots
 
 log = structlog.get_logger("paternoster.intake")
-
-
-class Rejected(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class PromptLimits:
-    """What intake needs of the engine to validate prompts, without touching the engine."""
-
-    def __init__(self, tokenizer: Any, max_model_len: int, vocab_size: int) -> None:
-        self.tokenizer = tokenizer
-        self.max_model_len = max_model_len
-        self.vocab_size = vocab_size
-
-
-def parse_job(job_id: str, payload: str | None, limits: PromptLimits) -> tuple[JobSpec, list[int]]:
-    """The validated spec and prompt token ids, or Rejected with the error code to publish."""
-    try:
-        raw = json.loads(payload or "")
-    except json.JSONDecodeError as exc:
-        raise Rejected(ErrorCode.MALFORMED_JSON, f"payload is not JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise Rejected(ErrorCode.MALFORMED_JSON, "payload must be a JSON object")
-    version = raw.get("schema_version", 1)
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise Rejected(
-            ErrorCode.UNSUPPORTED_SCHEMA_VERSION,
-            f"schema_version {version!r} is not supported by this worker "
-            f"(supported: {sorted(SUPPORTED_SCHEMA_VERSIONS)})",
-        )
-    try:
-        spec = JobSpec.model_validate(raw)
-    except ValidationError as exc:
-        raise Rejected(ErrorCode.INVALID_REQUEST, _short(exc)) from exc
-    if spec.id != job_id:
-        raise Rejected(ErrorCode.INVALID_REQUEST, f"payload id {spec.id!r} != entry id {job_id!r}")
-    return spec, _prompt_ids(spec, limits)
-
-
-def _prompt_ids(spec: JobSpec, limits: PromptLimits) -> list[int]:
-    try:
-        if spec.prompt_token_ids is not None:
-            ids = list(spec.prompt_token_ids)
-        elif spec.messages is not None:
-            ids = encode_prompt(limits.tokenizer, [m.model_dump() for m in spec.messages])
-        else:
-            ids = encode_prompt(limits.tokenizer, spec.prompt or "")
-        check_prompt(ids, limits.max_model_len, limits.vocab_size)
-    except PromptTooLongError as exc:
-        raise Rejected(ErrorCode.PROMPT_TOO_LONG, str(exc)) from exc
-    except InvalidRequestError as exc:
-        raise Rejected(ErrorCode.INVALID_PROMPT, str(exc)) from exc
-    return ids
-
-
-def _short(exc: ValidationError) -> str:
-    parts = [f"{'.'.join(map(str, e['loc'])) or 'job'}: {e['msg']}" for e in exc.errors()[:5]]
-    return "invalid job: " + "; ".join(parts)
 
 
 class Intake(threading.Thread):
@@ -129,6 +59,8 @@ class Intake(threading.Thread):
         self.metrics: WorkerMetrics | None = None  # set by the worker; counts rejections
         self.stopping = threading.Event()
         self.clock_offset_s = 0.0
+        # Every line names the worker: several workers often share one log sink.
+        self._log = structlog.get_logger("paternoster.intake", worker=config.name)
 
     def ensure_group(self) -> None:
         """Create the consumer group (and the stream) if missing, and this worker's consumer in
@@ -155,13 +87,13 @@ class Intake(threading.Thread):
                 entries = self._read(got)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 self._slots.give(got)
-                log.warning("intake_read_failed", error=str(exc))
+                self._log.warning("intake_read_failed", error=str(exc))
                 time.sleep(1.0)
                 continue
             except redis.ResponseError as exc:
                 # NOGROUP / UNBLOCKED: the jobs stream was deleted (or Redis restarted empty).
                 self._slots.give(got)
-                log.warning("intake_group_missing", error=str(exc))
+                self._log.warning("intake_group_missing", error=str(exc))
                 self.ensure_group()
                 continue
             self._slots.give(got - len(entries))
@@ -184,10 +116,10 @@ class Intake(threading.Thread):
             return self._take(stream, entry_id, fields)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # The entry stays pending in the group: it is not lost, only not started here.
-            log.warning("intake_claim_failed", entry_id=entry_id, error=str(exc))
+            self._log.warning("intake_claim_failed", entry_id=entry_id, error=str(exc))
             time.sleep(1.0)
         except Exception as exc:
-            log.exception("intake_failed", entry_id=entry_id, error=repr(exc))
+            self._log.exception("intake_failed", entry_id=entry_id, error=repr(exc))
         return False
 
     def _read(self, count: int) -> list[tuple[str, str, Mapping[str, str]]]:
@@ -223,7 +155,13 @@ class Intake(threading.Thread):
         job_id = fields.get("id", "")
         if not is_valid_job_id(job_id):
             # Nowhere to report it: no valid result stream name. Log and acknowledge.
-            log.error("job_rejected", entry_id=entry_id, job_id=job_id[:200], code="invalid_id")
+            self._log.error(
+                "job_rejected",
+                entry_id=entry_id,
+                job_id=job_id[:200],
+                tenant=None,  # its payload is not read: an id this bad says enough
+                code="invalid_id",
+            )
             self._redis.xack(stream, self.keys.group, entry_id)
             self._redis.xdel(stream, entry_id)
             return False
@@ -237,7 +175,7 @@ class Intake(threading.Thread):
             self._reject(stream, entry_id, job_id, ErrorCode.INVALID_REQUEST, str(exc))
             return False
         except Exception as exc:  # e.g. a tokenizer failing on some input: this job, not us
-            log.exception("job_parse_failed", job_id=job_id)
+            self._log.exception("job_parse_failed", job_id=job_id, tenant=None)
             self._reject(
                 stream, entry_id, job_id, ErrorCode.INTERNAL, f"could not prepare the job: {exc!r}"
             )
@@ -248,7 +186,7 @@ class Intake(threading.Thread):
             stream, entry_id, job_id, "start", deadline, "", expired["data"]
         )
         if outcome != "started":
-            log.info("job_skipped", job_id=job_id, state=outcome)
+            self._log.info("job_skipped", job_id=job_id, tenant=spec.tenant, state=outcome)
             return False
         self.clock_offset_s = float(now) - time.time()
         job = AdmittedJob(
@@ -266,9 +204,10 @@ class Intake(threading.Thread):
             band=band_of(spec.priority),
             deadline=spec.deadline,
         )
-        log.info(
+        self._log.info(
             "job_started",
             job_id=job_id,
+            tenant=spec.tenant,
             prompt_tokens=len(ids),
             queued_s=round(job.started_at - job.submitted_at, 6),
         )
@@ -286,8 +225,13 @@ class Intake(threading.Thread):
         outcome, _, _ = self._run_claim(stream, entry_id, job_id, "reject", "", data, "")
         if self.metrics is not None:
             self.metrics.rejected(code=code.value)
-        log.warning(
-            "job_rejected", job_id=job_id, code=code.value, message=message[:300], outcome=outcome
+        self._log.warning(
+            "job_rejected",
+            job_id=job_id,
+            tenant=None,  # the spec did not parse (or is not passed here): tenant unknown
+            code=code.value,
+            message=message[:300],
+            outcome=outcome,
         )
 
     def _run_claim(

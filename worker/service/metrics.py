@@ -24,13 +24,12 @@ from prometheus_client import (
 )
 
 from producer.keys import BANDS
+from worker.engine.wait_reasons import WaitReason
 from worker.service.metrics_server import MetricsServer
 
 NS = "paternoster"
 STALE_AFTER_S = 30.0  # the loop marks itself alive each step or 50 ms idle wait: 600x margin
-WAITING_REASONS = (
-    "behind_higher_priority", "no_batch_slot", "kv_cache_full", "tenant_cap", "fair_share"
-)  # fmt: skip
+WAITING_REASONS = tuple(reason.value for reason in WaitReason)
 PREEMPT_REASONS = ("priority", "kv_cache_full")
 # Queue time: 1 ms (an idle worker takes a job within one read) to 10 min (a batch-band backlog).
 QUEUED_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

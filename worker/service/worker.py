@@ -19,7 +19,8 @@ from producer.protocol import ErrorCode
 from worker.engine.llm_engine import InvalidRequestError, LLMEngine
 from worker.service.cancels import CancelListener
 from worker.service.config import WorkerConfig
-from worker.service.intake import Intake, PromptLimits
+from worker.service.intake import Intake
+from worker.service.job_parsing import PromptLimits
 from worker.service.jobs import ActiveJob, AdmittedJob
 from worker.service.metrics import WorkerMetrics
 from worker.service.publisher import Command, Publisher
@@ -69,15 +70,16 @@ class JobWorker:
         self._aborts_pending = False  # the engine reports aborts at its next step: take one
         self.num_steps = 0
         self.stop_event = threading.Event()
+        # Every line this worker logs names it: several workers often share one log sink.
+        self._log = structlog.get_logger("paternoster.worker", worker=config.name)
 
     def run(self) -> None:
         """Serve until ``stop()``; then finish the jobs in hand and return."""
         self.intake.ensure_group()
         for thread in (self.publisher, self.cancels, self.intake):
             thread.start()
-        log.info(
+        self._log.info(
             "worker_started",
-            worker=self.config.name,
             prefix=self.config.prefix,
             capacity=self.slots.capacity,
             stream_interval=self.config.stream_interval,
@@ -93,7 +95,7 @@ class JobWorker:
             # Blocking reads return within read_block_ms; wait so no thread outlives run().
             self.intake.join(timeout=self.config.read_block_ms / 1000 + 5)
             self.cancels.join(timeout=self.config.read_block_ms / 1000 + 5)
-            log.info("worker_stopped", worker=self.config.name, steps=self.num_steps)
+            self._log.info("worker_stopped", steps=self.num_steps)
 
     def stop(self) -> None:
         """Stop taking jobs; ``run`` returns once the jobs already taken have ended."""
@@ -149,7 +151,12 @@ class JobWorker:
             if deadline is not None and job.ending is None and job.now() > deadline:
                 job.ending = "deadline"
                 self._aborts_pending |= self.engine.abort(job_id)
-                log.info("job_deadline", job_id=job_id, completion_tokens=job.num_published_tokens)
+                self._log.info(
+                    "job_deadline",
+                    job_id=job_id,
+                    tenant=job.job.tenant,
+                    completion_tokens=job.num_published_tokens,
+                )
 
     def _admit(self) -> None:
         while True:
@@ -192,7 +199,9 @@ class JobWorker:
             if job_id in self.active:
                 # The engine frees the blocks now and reports the abort in the next step.
                 self._aborts_pending |= self.engine.abort(job_id)
-                log.info("job_cancel_requested", job_id=job_id)
+                self._log.info(
+                    "job_cancel_requested", job_id=job_id, tenant=self.active[job_id].job.tenant
+                )
             else:  # not here, or intake has claimed it and not handed it over yet
                 self._early_cancels.pop(job_id, None)  # re-insert: the dict stays oldest-first
                 self._early_cancels[job_id] = now
@@ -210,9 +219,10 @@ class JobWorker:
         self.slots.give(1)
         if self.metrics is not None:
             self._observe_end(job)
-        log.info(
+        self._log.info(
             "job_finished",
             job_id=job.job.job_id,
+            tenant=job.job.tenant,
             reason=reason,
             completion_tokens=job.num_published_tokens,
             total_s=round(job.now() - job.job.submitted_at, 6),

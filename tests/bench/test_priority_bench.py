@@ -1,0 +1,31 @@
+"""The priority benchmark on the tiny model: every configuration runs, and the numbers hang
+together (it measures nothing about speed here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.bench.test_more_benches import load
+
+
+@pytest.mark.slow
+def test_priority_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
+    bench = load("priority")
+    args = ["--model", str(tiny_model_dir), "--batch-jobs", "8", "--interactive-jobs", "3"]
+    args += ["--scale", "0.25", "--max-num-seqs", "4", "--max-num-batched-tokens", "64"]
+    args += ["--interactive-start-s", "0", "--interactive-every-s", "0.01"]
+    args += ["--threads", str(torch.get_num_threads()), "--kv-cache-bytes", str(16 << 20)]
+    report = bench.main([*args, "--out", str(tmp_path / "out.json")])
+    runs = report["runs"]
+    assert set(runs) == {"idle", "fifo", "priority", "preempt"}
+    assert sum(runs["preempt"]["preemptions"].values()) > 0
+    assert runs["priority"]["preemptions"] == {} and runs["fifo"]["preemptions"] == {}
+    assert runs["preempt"]["prompt_tokens_recomputed"] > 0
+    assert runs["priority"]["prompt_tokens_recomputed"] == 0
+    for run in runs.values():
+        assert 0 < run["ttft_p50_s"] <= run["ttft_p99_s"] <= run["ttft_max_s"]
+    assert report["ratios"]["batch_outputs_identical"] is True
+    assert (tmp_path / "out.json").is_file()
