@@ -63,6 +63,22 @@ class Keys:
         """Hash: one worker's heartbeat (``producer.fleet.WorkerInfo``); expires if it stops."""
         return f"{self.prefix}:worker:{name}"
 
+    def lease(self, name: str) -> str:
+        """String with a TTL: a worker holds its jobs while it renews this (``worker.service.
+        lease``); once it lapses, other workers reclaim and resume them."""
+        return f"{self.prefix}:lease:{name}"
+
+    def published(self, name: str) -> str:
+        """String: the last publish round trip a worker knows Redis applied (its publisher's
+        exactly-once marker, written in the same transaction as the events)."""
+        return f"{self.prefix}:published:{name}"
+
+    @property
+    def dead_letter(self) -> str:
+        """Stream of jobs given up after too many deliveries: ``id``, ``entry_id``, ``payload``,
+        ``deliveries``, ``worker`` (the last one to die running it)."""
+        return f"{self.prefix}:dead"
+
     @property
     def recent(self) -> str:
         """List of the most recently submitted job ids, newest first (at most 100)."""

@@ -150,6 +150,8 @@ class ErrorCode(enum.StrEnum):
     PROMPT_TOO_LONG = "prompt_too_long"  # longer than the model's context
     INVALID_PROMPT = "invalid_prompt"  # empty, or token ids outside the vocabulary
     INTERNAL = "internal"
+    # Every worker that ran it died (max deliveries): it went to the dead-letter stream.
+    DEAD_LETTER = "dead_letter"
 
 
 class Usage(_Frozen):

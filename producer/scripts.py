@@ -120,6 +120,8 @@ return state
 # worker that omits the prefix (written before admission limits) leaves the load counted.
 # Only a job that is queued (or has no status hash: enqueued by hand with XADD) can be taken;
 # anything else (cancelled while queued, a duplicate entry) returns its state and is skipped.
+# A claim retried by the same worker for the same entry (its reply was lost to a connection
+# error) answers "started" again with the original times, so the job is not stranded.
 # Every outcome but "started" ends the job's delivery here: its entry is acknowledged after the
 # terminal event is written, in the same atomic step, and deleted (the jobs stream holds only
 # jobs not yet ended, so it needs no trimming that could drop a pending one).
@@ -129,6 +131,10 @@ CLAIM = (
     + _UNLOAD
     + """
 local state = redis.call('HGET', KEYS[1], 'state')
+local mine = redis.call('HMGET', KEYS[1], 'worker', 'entry_id', 'submitted_at', 'started_at')
+if state == 'running' and mine[1] == ARGV[2] and mine[2] == ARGV[8] then
+  return {'started', mine[3], mine[4]}  -- this worker's claim again, its first reply lost
+end
 if state and state ~= 'queued' then
   redis.call('XACK', KEYS[3], ARGV[7], ARGV[8])
   redis.call('XDEL', KEYS[3], ARGV[8])
@@ -159,9 +165,56 @@ if ARGV[3] ~= '' and tonumber(now) > tonumber(ARGV[3]) then
   return {'expired', submitted, now}
 end
 local queued = string.format('%.6f', tonumber(now) - tonumber(submitted))
-redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', now, 'worker', ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', now, 'worker', ARGV[2],
+           'deliveries', 1, 'entry_id', ARGV[8])
 redis.call('XADD', KEYS[2], '*', 'type', 'started',
            'data', cjson.encode({type = 'started', worker = ARGV[2], queued_s = tonumber(queued)}))
 return {'started', submitted, now}
+"""
+)
+
+# A worker takes over a running job whose worker stopped renewing its lease (it died, or was
+# stopped and handed the job back), after XCLAIMing its jobs-stream entry.
+# KEYS: status hash, events stream, the entry's jobs stream, dead-letter stream.
+# ARGV: this worker, the old worker (the entry's consumer), max deliveries, ttl_s, error event
+#   JSON (dead letter), consumer group, entry id, job id, the entry's payload.
+# A job handed back by a graceful stop (``handoff``) is not counted as a failed delivery; any
+# other takeover is, and past max deliveries the job ends with the error event and goes to the
+# dead-letter stream: a job that kills every worker running it stops there.
+# Returns {outcome, deliveries}: "resumed" (continue it from its events), "queued" (never
+# started: take it as a new job), "dead_letter", "owned" (another worker runs it now), or the
+# terminal state it already reached (the old worker died after the end, before the ack).
+RECLAIM = (
+    _NOW
+    + """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state or state == 'queued' then return {'queued', 0} end
+if state ~= 'running' then
+  redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
+  redis.call('XDEL', KEYS[3], ARGV[7])
+  return {state, 0}
+end
+if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return {'owned', 0} end
+local n = tonumber(redis.call('HGET', KEYS[1], 'deliveries') or '1')
+if redis.call('HGET', KEYS[1], 'handoff') == '1' then
+  redis.call('HDEL', KEYS[1], 'handoff')
+else
+  n = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+end
+if n > tonumber(ARGV[3]) then
+  local err = cjson.decode(ARGV[5])
+  redis.call('HSET', KEYS[1], 'state', 'error', 'finished_at', now, 'worker', ARGV[1],
+             'error_code', err['code'], 'error_message', err['message'])
+  redis.call('XADD', KEYS[2], '*', 'type', 'error', 'data', ARGV[5])
+  redis.call('EXPIRE', KEYS[1], ARGV[4])
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', '10000', '*', 'id', ARGV[8], 'entry_id', ARGV[7],
+             'payload', ARGV[9], 'deliveries', n, 'worker', ARGV[2])
+  redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
+  redis.call('XDEL', KEYS[3], ARGV[7])
+  return {'dead_letter', n}
+end
+redis.call('HSET', KEYS[1], 'worker', ARGV[1], 'resumed_at', now)
+return {'resumed', n}
 """
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -187,6 +188,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         result_ttl_s=args.result_ttl_s,
         isolate_tenant_caches=args.isolate_tenant_caches,
         urgent_reserve=args.urgent_reserve,
+        max_deliveries=args.max_deliveries,
+        grace_s=args.grace_s,
+        chaos=os.environ.get("PATERNOSTER_CHAOS") == "1",
     )
     metrics = None
     if args.metrics_port is not None:
@@ -195,7 +199,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         metrics = WorkerMetrics(config.name)
         server = metrics.serve(port=args.metrics_port)
         print(f"metrics: http://0.0.0.0:{server.port}/metrics", file=sys.stderr)
-    worker = JobWorker(LLMEngine(engine_config(args)), url, config, metrics)
+    engine = LLMEngine(engine_config(args))
+    if config.chaos and (delay_s := float(os.environ.get("PATERNOSTER_CHAOS_STEP_DELAY_S", 0))):
+        _slow_down(engine, delay_s)
+    worker = JobWorker(engine, url, config, metrics)
     if embedded is not None:
         print(f"embedded Redis: REDIS_URL={url}", file=sys.stderr)
 
@@ -208,6 +215,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     worker.run()
     return 0
+
+
+def _slow_down(engine: Any, delay_s: float) -> None:
+    """Chaos runs only: every engine step takes ``delay_s`` longer, so a tiny model decodes
+    slowly enough for a test to kill the worker mid-job."""
+    step = engine.step
+
+    def slow_step() -> Any:
+        time.sleep(delay_s)
+        return step()
+
+    engine.step = slow_step
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -250,6 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="job slots only interactive jobs may take (default: an eighth, at least 1)",
+    )
+    work.add_argument(
+        "--grace-s",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, seconds for running jobs to finish before the rest are handed back",
+    )
+    work.add_argument(
+        "--max-deliveries",
+        type=int,
+        default=3,
+        help="starts of a job (its worker dying each time) before it goes to the dead letters",
     )
     work.add_argument(
         "--metrics-port",

@@ -259,4 +259,5 @@ def test_the_protocol_doc_quotes_the_scripts_exactly() -> None:
 
     doc = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
     blocks = re.findall(r"```lua\n(.*?)\n```", doc, flags=re.DOTALL)
-    assert blocks == [scripts.SUBMIT.strip(), scripts.CANCEL.strip(), scripts.CLAIM.strip()]
+    expected = [scripts.SUBMIT, scripts.CANCEL, scripts.CLAIM, scripts.RECLAIM]
+    assert blocks == [s.strip() for s in expected]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,14 @@ from tests.service.streams import check_stream
 pytestmark = pytest.mark.slow
 
 
-def start_worker(model_dir: Path, url: str, prefix: str, name: str) -> subprocess.Popen[str]:
+def start_worker(
+    model_dir: Path,
+    url: str,
+    prefix: str,
+    name: str,
+    extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -43,8 +51,15 @@ def start_worker(model_dir: Path, url: str, prefix: str, name: str) -> subproces
         "4",
         "--threads",
         "1",
+        *extra,
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def wait_for_consumers(

@@ -111,3 +111,31 @@ def test_status_progress_is_written_every_16_tokens() -> None:
             dict(zip(c.args[1::2], c.args[2::2], strict=True)) for c in commands if c.name == "HSET"
         ]
     assert [h.get("completion_tokens") for h in hsets] == [1, 16, 32]
+
+
+def test_a_publish_whose_reply_is_lost_is_not_written_twice(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import redis as redis_lib
+
+    from worker.service.publisher import Command, Publisher
+
+    client = redis_lib.Redis.from_url(redis_url, decode_responses=True)
+    real = redis_lib.client.Pipeline.execute
+    lost: list[bool] = []
+
+    def execute_then_drop(self: object, *args: object, **kwargs: object) -> object:
+        result = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        if not lost:  # the transaction ran; its reply never arrives
+            lost.append(True)
+            raise redis_lib.ConnectionError("connection reset")
+        return result
+
+    monkeypatch.setattr(redis_lib.client.Pipeline, "execute", execute_then_drop)
+    publisher = Publisher(client, 8, f"{key_prefix}:published:w")
+    publisher.start()
+    publisher.publish([Command("XADD", (f"{key_prefix}:s", "*", "n", "1"))])
+    publisher.publish([Command("XADD", (f"{key_prefix}:s", "*", "n", "2"))])
+    publisher.close()
+    assert lost and publisher.stats.retries == 1
+    assert [f["n"] for _, f in client.xrange(f"{key_prefix}:s")] == ["1", "2"]

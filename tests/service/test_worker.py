@@ -243,7 +243,7 @@ def test_a_repeated_prompt_reports_cached_tokens_unless_tenants_are_isolated(
 def test_an_unexpected_failure_preparing_a_job_fails_that_job_only(
     engine: LLMEngine, redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worker.service import intake
+    from worker.service import job_parsing as intake
 
     real = intake.encode_prompt
 

@@ -30,7 +30,7 @@ from worker.engine.request_state import RequestState
 from worker.engine.sampler import Sampler, SamplingRequest, choice_seed
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
-from worker.engine.sequence import FinishReason, Sequence
+from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.wait_reasons import WaitInfo
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
@@ -91,12 +91,16 @@ class LLMEngine:
         cache_salt: str | None = None,
         priority: int = 0,
         tenant: str = "default",
+        resume: Seq[Seq[int]] = (),
     ) -> None:
         """Queue a request; it joins the running batch at the next `step`.
 
         Lower ``priority`` is more urgent: it is admitted first and may preempt less urgent
         running requests. Within a priority, ``tenant``s share the batch by fair share. Only
         requests with the same ``cache_salt`` (e.g. a tenant id) share cached prefix blocks.
+
+        ``resume[i]``: output tokens choice ``i`` already produced in an earlier run (a worker
+        that died); it continues after them, its text and seeded sampling as if never stopped.
         """
         if request_id in self._requests:
             raise InvalidRequestError(f"request {request_id!r} is already in the engine")
@@ -108,7 +112,8 @@ class LLMEngine:
         ids = [int(t) for t in prompt_token_ids]
         self._check_prompt(ids)
         arrival = next(self._arrivals)
-        states = []
+        states: list[RequestState] = []
+        live: list[RequestState] = []
         for i in range(params.n):
             p = _choice_params(params, i)
             seq = Sequence(
@@ -121,10 +126,20 @@ class LLMEngine:
                 priority=priority,
                 tenant=tenant,
             )
-            states.append(RequestState(seq, IncrementalDetokenizer(self.tokenizer, ids, p)))
-            self._states[seq.seq_id] = states[-1]
-        self._requests[request_id] = states
-        self.scheduler.add(states[0].seq, [s.seq for s in states[1:]])
+            state = RequestState(seq, IncrementalDetokenizer(self.tokenizer, ids, p))
+            states.append(state)
+            done = None
+            if i < len(resume) and resume[i]:
+                done = state.resume(tuple(resume[i]), self.eos_token_ids, self.max_model_len)
+            if done is None:
+                live.append(state)
+                self._states[seq.seq_id] = state
+            else:  # reported at the next step, like an abort
+                seq.status, seq.finish_reason = SequenceStatus.FINISHED, done
+                self._aborted.append(state.output((), state.detokenizer.finish(), (), done))
+        if live:
+            self._requests[request_id] = states
+            self.scheduler.add(live[0].seq, [s.seq for s in live[1:]])
 
     def _check_prompt(self, ids: list[int]) -> None:
         check_prompt(ids, self.max_model_len, self.model_config.vocab_size)
@@ -143,7 +158,8 @@ class LLMEngine:
         return True
 
     def has_unfinished(self) -> bool:
-        return bool(self._requests)
+        """Requests still running, or outputs (aborts, resumed ends) not yet reported."""
+        return bool(self._requests or self._aborted)
 
     def wait_info(self) -> dict[str, WaitInfo]:
         """Why each waiting request waits (reason, position), by request id."""

@@ -45,6 +45,27 @@ class RequestState:
         lps = (logprobs,) if logprobs is not None else ()
         return self.output((token_id,), delta, lps, reason), reason
 
+    def resume(
+        self, token_ids: tuple[int, ...], eos_token_ids: Set[int], max_model_len: int
+    ) -> FinishReason | None:
+        """Take output tokens a previous run already produced (and streamed), one at a time as
+        that run did, so the text already streamed is accounted for exactly; return the finish
+        reason if they already ended the choice (the run died before saying so)."""
+        seq, params = self.seq, self.seq.params
+        for token_id in token_ids:
+            seq.append_token(token_id)
+            if self.detokenizer.stop_string is None:
+                self.detokenizer.add_tokens([token_id])
+        last = token_ids[-1]
+        stops = last in params.stop_token_ids or (last in eos_token_ids and not params.ignore_eos)
+        if stops and seq.num_output_tokens >= params.min_tokens:
+            return FinishReason.STOP
+        if self.detokenizer.stop_string is not None:
+            return FinishReason.STOP_STRING
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= max_model_len:
+            return FinishReason.LENGTH
+        return None
+
     def output(
         self,
         new_token_ids: tuple[int, ...],

@@ -40,6 +40,15 @@ class WorkerConfig:
     # batch jobs, an urgent job is still read from Redis at once (then it preempts in the
     # engine). None: an eighth of the capacity, at least 1.
     urgent_reserve: int | None = None
+    # Deliveries of a job (its first start plus takeovers after its worker died) before it goes
+    # to the dead-letter stream: a job that kills every worker running it stops here.
+    max_deliveries: int = 3
+    # On SIGTERM: how long running jobs may take to finish before the rest are handed back
+    # (the lease dropped, so other workers resume them at once).
+    grace_s: float = 30.0
+    # Fault injection for the reliability tests and the chaos bench: a job with metadata
+    # {"chaos": "crash"} kills the process right after it is claimed. Never on in production.
+    chaos: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() or c in '"\\' for c in self.name):
@@ -52,6 +61,10 @@ class WorkerConfig:
             raise InvalidWorkerConfig("result_ttl_s must be >= 1")
         if self.max_publish_backlog < 1:
             raise InvalidWorkerConfig("max_publish_backlog must be >= 1")
+        if self.max_deliveries < 1:
+            raise InvalidWorkerConfig("max_deliveries must be >= 1")
+        if self.grace_s < 0:
+            raise InvalidWorkerConfig("grace_s must be >= 0")
         if self.urgent_reserve is not None and self.urgent_reserve < 0:
             raise InvalidWorkerConfig("urgent_reserve must be >= 0")
 

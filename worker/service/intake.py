@@ -8,6 +8,8 @@ dropped; a good one is marked running, gets ``started``, and goes to the model l
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import queue
 import threading
 import time
@@ -24,6 +26,7 @@ from producer.protocol import (
     ErrorCode,
     ErrorEvent,
     ExpiredEvent,
+    JobSpec,
     event_fields,
 )
 from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
@@ -31,6 +34,7 @@ from worker.service.config import WorkerConfig
 from worker.service.job_parsing import PromptLimits, Rejected, parse_job
 from worker.service.jobs import AdmittedJob
 from worker.service.metrics import WorkerMetrics
+from worker.service.recovery import Orphan, Reclaimer
 from worker.service.slots import Slots
 
 log = structlog.get_logger("paternoster.intake")
@@ -57,6 +61,8 @@ class Intake(threading.Thread):
         self._claim = client.register_script(scripts.CLAIM)
         self._reserve = config.reserve(slots.capacity)
         self.metrics: WorkerMetrics | None = None  # set by the worker; counts rejections
+        self._retry: list[tuple[str, str, Mapping[str, str]]] = []  # claims to try again
+        self.reclaimer: Reclaimer | None = None  # set by the worker: takes over dead workers' jobs
         self.stopping = threading.Event()
         self.clock_offset_s = 0.0
         # Every line names the worker: several workers often share one log sink.
@@ -83,6 +89,16 @@ class Intake(threading.Thread):
             got = self._slots.take(self._slots.capacity, timeout_s=0.2)
             if got == 0:
                 continue
+            if self._retry:
+                retry, self._retry = self._retry[:got], self._retry[got:]
+                kept = sum(self._take_safely(*entry) for entry in retry)
+                self._slots.give(got - kept)
+                continue
+            if self.reclaimer is not None and self.reclaimer.due():
+                kept = self._recover(self.reclaimer, got)
+                if kept:  # jobs of a dead worker went to the model loop; read new ones next
+                    self._slots.give(got - kept)
+                    continue
             try:
                 entries = self._read(got)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -101,6 +117,54 @@ class Intake(threading.Thread):
                 if not self._take_safely(stream, entry_id, fields):
                     self._slots.give(1)
 
+    def _recover(self, reclaimer: Reclaimer, limit: int) -> int:
+        """Take over up to ``limit`` jobs of dead workers; the number now in the model loop."""
+        try:
+            orphans = reclaimer.take(limit)
+        except redis.RedisError as exc:
+            self._log.warning("reclaim_failed", error=str(exc))
+            return 0
+        kept = 0
+        for orphan in orphans:
+            if orphan.outcome == "queued":  # the dead worker never started it
+                kept += self._take_safely(orphan.stream, orphan.entry_id, orphan.fields)
+            elif orphan.outcome == "resumed":
+                kept += self._resume_safely(reclaimer, orphan)
+        return kept
+
+    def _resume_safely(self, reclaimer: Reclaimer, orphan: Orphan) -> bool:
+        job_id = orphan.fields.get("id", "")
+        try:
+            spec, ids = parse_job(job_id, orphan.fields.get("payload"), self._limits)
+            params = SamplingParams(**spec.sampling.model_dump())
+            times: Any = self._redis.hmget(self.keys.job(job_id), "submitted_at", "started_at")
+            resume = reclaimer.published(job_id, params.n)
+            first_token_at = reclaimer.first_token_at(job_id)
+        except Exception as exc:  # it passed intake once: only a worker of another version
+            self._log.exception("job_resume_failed", job_id=job_id, error=repr(exc))
+            return False
+        self.clock_offset_s = float(self._redis.time()[0]) - time.time()
+        job = self._admitted(orphan.stream, orphan.entry_id, spec, ids, params, *times)
+        job = dataclasses.replace(job, resume=resume, first_token_at=first_token_at)
+        self._log.info(
+            "job_resumed",
+            job_id=job_id,
+            tenant=spec.tenant,
+            owner=orphan.owner,
+            deliveries=orphan.deliveries,
+            resumed_tokens=sum(len(t) for t in resume),
+        )
+        self._hand_over(job, spec)
+        return True
+
+    def _hand_over(self, job: AdmittedJob, spec: JobSpec) -> None:
+        if self.config.chaos and spec.metadata.get("chaos") == "crash":
+            # Fault injection for the reliability tests: die like a segfault, after the claim.
+            self._log.error("chaos_crash", job_id=job.job_id)
+            os._exit(137)
+        self._out.put(job)
+        self._wake.set()
+
     def _report_depths(self, metrics: WorkerMetrics) -> None:
         try:
             depths = queue_depths(self._redis, self.keys)
@@ -115,8 +179,10 @@ class Intake(threading.Thread):
         try:
             return self._take(stream, entry_id, fields)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            # The entry stays pending in the group: it is not lost, only not started here.
+            # The entry stays pending under this worker; the claim is tried again (CLAIM is
+            # idempotent for its own worker and entry) before anything new is read.
             self._log.warning("intake_claim_failed", entry_id=entry_id, error=str(exc))
+            self._retry.append((stream, entry_id, fields))
             time.sleep(1.0)
         except Exception as exc:
             self._log.exception("intake_failed", entry_id=entry_id, error=repr(exc))
@@ -189,21 +255,7 @@ class Intake(threading.Thread):
             self._log.info("job_skipped", job_id=job_id, tenant=spec.tenant, state=outcome)
             return False
         self.clock_offset_s = float(now) - time.time()
-        job = AdmittedJob(
-            job_id=job_id,
-            entry_id=entry_id,
-            stream=stream,
-            prompt_token_ids=tuple(ids),
-            params=params,
-            tenant=spec.tenant,
-            cache_salt=spec.cache_salt or self._tenant_salt(spec.tenant),
-            submitted_at=float(submitted),
-            started_at=float(now),
-            clock_offset_s=self.clock_offset_s,
-            priority=spec.priority,
-            band=band_of(spec.priority),
-            deadline=spec.deadline,
-        )
+        job = self._admitted(stream, entry_id, spec, ids, params, submitted, now)
         self._log.info(
             "job_started",
             job_id=job_id,
@@ -211,9 +263,34 @@ class Intake(threading.Thread):
             prompt_tokens=len(ids),
             queued_s=round(job.started_at - job.submitted_at, 6),
         )
-        self._out.put(job)
-        self._wake.set()
+        self._hand_over(job, spec)
         return True
+
+    def _admitted(
+        self,
+        stream: str,
+        entry_id: str,
+        spec: JobSpec,
+        ids: list[int],
+        params: SamplingParams,
+        submitted: str | None,
+        started: str | None,
+    ) -> AdmittedJob:
+        return AdmittedJob(
+            job_id=spec.id,
+            entry_id=entry_id,
+            stream=stream,
+            prompt_token_ids=tuple(ids),
+            params=params,
+            tenant=spec.tenant,
+            cache_salt=spec.cache_salt or self._tenant_salt(spec.tenant),
+            submitted_at=float(submitted or 0.0),
+            started_at=float(started or 0.0),
+            clock_offset_s=self.clock_offset_s,
+            priority=spec.priority,
+            band=band_of(spec.priority),
+            deadline=spec.deadline,
+        )
 
     def _tenant_salt(self, tenant: str) -> str | None:
         return f"tenant:{tenant}" if self.config.isolate_tenant_caches else None

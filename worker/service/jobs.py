@@ -52,6 +52,10 @@ class AdmittedJob:
     priority: int = 0
     band: str = "default"
     deadline: float | None = None  # unix s (Redis clock); past it the job ends with what it has
+    # Taken over from a worker that died: each choice's tokens already streamed (it continues
+    # from the next index) and when its first token was published.
+    resume: tuple[tuple[int, ...], ...] = ()
+    first_token_at: float | None = None
 
 
 @dataclass
@@ -113,6 +117,9 @@ class ActiveJob:
 
     def __post_init__(self) -> None:
         self.choices = [ChoiceStream(i) for i in range(self.job.params.n)]
+        for choice, tokens in zip(self.choices, self.job.resume, strict=False):
+            choice.next_index = len(tokens)
+        self.first_token_at = self.job.first_token_at
 
     @property
     def num_published_tokens(self) -> int:

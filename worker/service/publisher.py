@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ import structlog
 log = structlog.get_logger("paternoster.publisher")
 _STOP = None
 RETRY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)  # then 2 s between tries until Redis is back
+MARKER_TTL_S = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,20 @@ class PublishStats:
 
 
 class Publisher(threading.Thread):
-    def __init__(self, client: redis.Redis, max_backlog: int) -> None:
+    """Each round trip is one MULTI/EXEC that also sets ``marker_key`` to the round trip's
+    number: after a connection error the publisher reads the marker to learn whether the lost
+    round trip was applied, and sends it again only if not. Events are therefore written
+    exactly once, even across a Redis restart (an append-only file keeps a transaction whole).
+    """
+
+    def __init__(self, client: redis.Redis, max_backlog: int, marker_key: str = "") -> None:
         super().__init__(name="paternoster-publisher", daemon=True)
         self._redis = client
         self._queue: queue.Queue[Sequence[Command] | None] = queue.Queue(maxsize=max_backlog)
         self.stats = PublishStats()
+        self._marker_key = marker_key
+        self._run_id = uuid.uuid4().hex[:12]  # a restarted worker's numbers start again
+        self._seq = 0
 
     def publish(self, commands: Sequence[Command]) -> None:
         """Queue one step's commands; waits only when ``max_backlog`` steps are already queued."""
@@ -98,15 +109,19 @@ class Publisher(threading.Thread):
                 return
 
     def _send(self, commands: list[Command]) -> None:
+        self._seq += 1
+        marker = f"{self._run_id}:{self._seq}"
         for attempt in range(10**9):
             try:
-                pipe: Any = self._redis.pipeline(transaction=False)
+                if attempt and self._applied(marker):
+                    break  # the lost reply was for a transaction that ran
+                pipe: Any = self._redis.pipeline(transaction=bool(self._marker_key))
                 for c in commands:
                     pipe.execute_command(c.name, *c.args)
+                if self._marker_key:
+                    pipe.set(self._marker_key, marker, ex=MARKER_TTL_S)
                 pipe.execute()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                # Retrying may repeat commands of a pipeline that half ran; the reliability work
-                # (leases, resume) makes that safe; here we only refuse to drop events.
                 self.stats.retries += 1
                 delay = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
                 log.warning("publish_retry", error=str(exc), delay_s=delay, commands=len(commands))
@@ -114,6 +129,9 @@ class Publisher(threading.Thread):
                 continue
             except redis.ResponseError as exc:  # a command Redis refused: report, do not loop
                 log.error("publish_command_failed", error=str(exc), commands=len(commands))
-            self.stats.round_trips += 1
-            self.stats.commands += len(commands)
-            return
+            break
+        self.stats.round_trips += 1
+        self.stats.commands += len(commands)
+
+    def _applied(self, marker: str) -> bool:
+        return bool(self._marker_key) and self._redis.get(self._marker_key) == marker

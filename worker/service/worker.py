@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from typing import Any
 
 import redis
 import structlog
@@ -22,8 +23,10 @@ from worker.service.config import WorkerConfig
 from worker.service.intake import Intake
 from worker.service.job_parsing import PromptLimits
 from worker.service.jobs import ActiveJob, AdmittedJob
+from worker.service.lease import Lease
 from worker.service.metrics import WorkerMetrics
-from worker.service.publisher import Command, Publisher
+from worker.service.publisher import Command, Publisher, hset
+from worker.service.recovery import Reclaimer
 from worker.service.reporting import Reporter
 from worker.service.slots import Slots
 
@@ -45,8 +48,17 @@ class JobWorker:
         self.keys = Keys(config.prefix)
         # One connection per thread: a blocking read must not hold up the publisher. No socket
         # timeout on the readers (they block by design); the publisher's bounds a hung write.
-        self._reader = redis.Redis.from_url(redis_url, decode_responses=True)
-        self._canceller = redis.Redis.from_url(redis_url, decode_responses=True)
+        # Blocking reads wait read_block_ms; a socket timeout 10 s past that (and keepalive)
+        # means a half-open connection after a network fault raises instead of hanging.
+        readers: dict[str, Any] = {
+            "decode_responses": True,
+            "socket_timeout": config.read_block_ms / 1000 + 10,
+            "socket_connect_timeout": 10,
+            "socket_keepalive": True,
+        }
+        self._reader = redis.Redis.from_url(redis_url, **readers)
+        self._canceller = redis.Redis.from_url(redis_url, **readers)
+        self.lease = Lease(redis.Redis.from_url(redis_url, **readers), self.keys, config.name)
         self._writer = redis.Redis.from_url(
             redis_url, decode_responses=True, socket_timeout=30, socket_connect_timeout=10
         )
@@ -60,22 +72,35 @@ class JobWorker:
         )
         self.intake = Intake(self._reader, config, limits, self.slots, self._admitted, self._wake)
         self.intake.metrics = metrics
+        self.intake.reclaimer = Reclaimer(
+            self._reader,
+            self.keys,
+            config.name,
+            config.max_deliveries,
+            config.result_ttl_s,
+            held=self._held_entries,
+        )
         self.cancels = CancelListener(
             self._canceller, self.keys, self._cancel_ids, self._wake, config.read_block_ms
         )
-        self.publisher = Publisher(self._writer, config.max_publish_backlog)
+        marker = self.keys.published(config.name)
+        self.publisher = Publisher(self._writer, config.max_publish_backlog, marker)
         self.reporter = Reporter(engine, self.keys, config.name, metrics)
         self.active: dict[str, ActiveJob] = {}
         self._early_cancels: dict[str, float] = {}
         self._aborts_pending = False  # the engine reports aborts at its next step: take one
         self.num_steps = 0
         self.stop_event = threading.Event()
+        self._stop_at = 0.0
         # Every line this worker logs names it: several workers often share one log sink.
         self._log = structlog.get_logger("paternoster.worker", worker=config.name)
 
     def run(self) -> None:
-        """Serve until ``stop()``; then finish the jobs in hand and return."""
+        """Serve until ``stop()``; then finish the jobs in hand (for at most ``grace_s``; the
+        rest are handed back to other workers) and return."""
         self.intake.ensure_group()
+        self.lease.renew()
+        self.lease.start()
         for thread in (self.publisher, self.cancels, self.intake):
             thread.start()
         self._log.info(
@@ -86,20 +111,27 @@ class JobWorker:
         )
         try:
             while not (self.stop_event.is_set() and not self.active and self._admitted.empty()):
+                if self._grace_over():
+                    self._hand_back()
+                    break
                 self.step()
         finally:
             self.intake.stopping.set()
             self.cancels.stopping.set()
             self.publisher.publish(self.reporter.goodbye())
             self.publisher.close()
+            self.lease.release()  # after the last write: jobs handed back are taken over now
             # Blocking reads return within read_block_ms; wait so no thread outlives run().
             self.intake.join(timeout=self.config.read_block_ms / 1000 + 5)
             self.cancels.join(timeout=self.config.read_block_ms / 1000 + 5)
             self._log.info("worker_stopped", steps=self.num_steps)
 
     def stop(self) -> None:
-        """Stop taking jobs; ``run`` returns once the jobs already taken have ended."""
+        """Stop taking jobs; ``run`` returns once the jobs already taken have ended, or after
+        ``grace_s`` with the rest handed back."""
         self.intake.stopping.set()
+        if not self.stop_event.is_set():
+            self._stop_at = time.monotonic()
         self.stop_event.set()
         self._wake.set()
 
@@ -142,6 +174,29 @@ class JobWorker:
         commands += self.reporter.heartbeat(draining)
         self.publisher.publish(commands)
 
+    def _held_entries(self) -> set[str]:
+        """Entry ids of the jobs this process holds (called from the intake thread)."""
+        jobs = list(self.active.values())
+        return {j.job.entry_id for j in jobs} | {j.entry_id for j in list(self._admitted.queue)}
+
+    def _grace_over(self) -> bool:
+        if not self.stop_event.is_set():
+            return False
+        return time.monotonic() - self._stop_at > self.config.grace_s
+
+    def _hand_back(self) -> None:
+        """Give the unfinished jobs back without ending them: their blocks are freed, their
+        status says so (a handoff is no failed delivery), and once the lease is dropped another
+        worker resumes each from its last streamed token."""
+        jobs = [j.job for j in self.active.values()]
+        while not self._admitted.empty():
+            jobs.append(self._admitted.get_nowait())
+        for job in jobs:
+            self.engine.abort(job.job_id)
+            self.publisher.publish([hset(self.keys.job(job.job_id), {"handoff": 1})])
+        self.active.clear()
+        self._log.info("jobs_handed_back", count=len(jobs), job_ids=[j.job_id for j in jobs])
+
     def _check_deadlines(self) -> None:
         """A running job past its deadline ends with what it produced (finish_reason
         ``deadline``); one that produced nothing yet ends ``expired``. The engine frees its
@@ -179,6 +234,7 @@ class JobWorker:
                     cache_salt=job.cache_salt,
                     priority=job.priority,
                     tenant=job.tenant,
+                    resume=job.resume,
                 )
             except InvalidRequestError as exc:
                 self.publisher.publish(active.fail(ErrorCode.INVALID_PROMPT.value, str(exc)))

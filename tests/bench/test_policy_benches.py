@@ -1,5 +1,5 @@
-"""The priority benchmark on the tiny model: every configuration runs, and the numbers hang
-together (it measures nothing about speed here)."""
+"""The priority and chaos benchmarks on the tiny model: every configuration runs and the numbers
+hang together (they measure nothing about speed here)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,17 @@ def test_priority_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
         assert 0 < run["ttft_p50_s"] <= run["ttft_p99_s"] <= run["ttft_max_s"]
     assert report["ratios"]["batch_outputs_identical"] is True
     assert (tmp_path / "out.json").is_file()
+
+
+@pytest.mark.slow
+def test_chaos_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
+    bench = load("chaos")
+    args = ["--model", str(tiny_model_dir), "--jobs", "24", "--max-tokens", "30", "--workers", "2"]
+    args += ["--kills", "1", "--fault-window-s", "8", "--timeout-s", "120"]
+    args += ["--step-delay-s", "0.02"]
+    args += ["--log-dir", str(tmp_path), "--out", str(tmp_path / "chaos.json")]
+    report = bench.main(args)
+    s = report["summary"]
+    assert sorted(f["fault"] for f in report["faults"]) == ["kill -9", "redis restart"]
+    assert (s["lost"], s["duplicated"], s["gaps"], s["repeats"]) == (0, 0, 0, 0), s
+    assert s["done"] == 24
