@@ -151,4 +151,3 @@ def test_tenants_share_generated_tokens_by_weight(
 ) -> None:
     ratio = saturated_shares(weights, heavy=600, light=60)
     assert abs(ratio / expected - 1) <= 0.10, ratio
-
