@@ -176,3 +176,36 @@ def test_overload_refuses_beyond_the_limit_and_every_accepted_job_completes(
             assert len(handle.result(timeout_s=60).token_ids) == 12
         load = read_load(p.redis, p.keys.band_load("default"))
         assert (load.jobs, load.tokens) in ((0, 0), (None, None))
+
+
+def test_after_a_short_real_run_every_documented_metric_is_exported_with_sane_values(
+    tiny_model_dir: Path, redis_url: str, prefix: str
+) -> None:
+    from tests.service.test_metrics import documented, exported, samples
+
+    engine = tiny_engine(tiny_model_dir, seqs=2)
+    metrics = WorkerMetrics("w-metrics")
+    with (
+        running_worker(engine, redis_url, prefix, metrics=metrics),
+        Producer(redis_url, prefix=prefix) as p,
+    ):
+        handles = [p.submit(f"metered {i}", max_tokens=6, **GREEDY) for i in range(5)]
+        for handle in handles:
+            handle.result(timeout_s=30)
+        p.redis.xadd(p.keys.jobs, {"id": "bad-one", "payload": "{not json"})
+        wait_until(lambda: p.redis.exists(p.keys.events("bad-one")))
+        time.sleep(1.2)  # one more queue-depth sample by the intake
+    assert set(documented()) <= exported(metrics)
+    got = samples(metrics)
+
+    def total(name: str, **labels: str) -> float:
+        want = set(labels.items())
+        return sum(v for (n, lab), v in got.items() if n == name and want <= lab)
+
+    assert total("paternoster_steps_total") > 0
+    assert total("paternoster_generated_tokens_total") == 30
+    assert total("paternoster_jobs_finished_total", outcome="done") == 5
+    assert total("paternoster_jobs_rejected_total", code="malformed_json") == 1
+    assert total("paternoster_time_to_first_token_seconds_count") == 5
+    assert 0 < total("paternoster_time_to_first_token_seconds_sum") < 30
+    assert total("paternoster_kv_cache_total_blocks") == engine.block_manager.num_blocks

@@ -15,7 +15,7 @@ from producer.keys import BANDS, Keys
 from worker.engine.llm_engine import LLMEngine
 from worker.service.jobs import ActiveJob
 from worker.service.metrics import WorkerMetrics
-from worker.service.publisher import Command, hset
+from worker.service.publisher import Command, PublishStats, hset
 
 # A waiting job's reason and position are written when they change, but at most this often:
 # a queue of 70 jobs moving one place per admission would otherwise cost 70 writes per step.
@@ -39,6 +39,8 @@ class Reporter:
         self._preemptions_seen: Counter[str] = Counter()
         self.num_steps = 0
         self.generated_tokens = 0
+        self._counted = PublishStats()  # publisher and prefix-cache totals already exported
+        self._cache_seen = (0, 0)
 
     # -- waiting jobs ------------------------------------------------------------------------
 
@@ -84,12 +86,18 @@ class Reporter:
     # -- metrics -----------------------------------------------------------------------------
 
     def step(
-        self, active: Mapping[str, ActiveJob], step_s: float, num_batched: int, generated: int
+        self,
+        active: Mapping[str, ActiveJob],
+        step_s: float,
+        num_batched: int,
+        generated: int,
+        published: PublishStats,
     ) -> None:
         self.num_steps += 1
         self.generated_tokens += generated
         if self.metrics is None:
             return
+        self._counters(self.metrics, published)
         bm = self.engine.block_manager
         sched = self.engine.scheduler
         self.metrics.step(
@@ -112,6 +120,22 @@ class Reporter:
             held[job.job.band]["running" if job_id in running_ids else "waiting"] += 1
         for band, counts in held.items():
             self.metrics.jobs_held(band=band, waiting=counts["waiting"], running=counts["running"])
+
+    def _counters(self, metrics: WorkerMetrics, published: PublishStats) -> None:
+        """Export what the publisher and the prefix cache counted since the last step."""
+        done = self._counted
+        metrics.publish(
+            round_trips=published.round_trips - done.round_trips,
+            commands=published.commands - done.commands,
+            retries=published.retries - done.retries,
+        )
+        self._counted = PublishStats(published.round_trips, published.commands, published.retries)
+        stats = self.engine.cache_stats()
+        queried, hit = stats.num_query_tokens, stats.num_hit_tokens
+        metrics.prefix_cache(
+            queried_tokens=queried - self._cache_seen[0], hit_tokens=hit - self._cache_seen[1]
+        )
+        self._cache_seen = (queried, hit)
 
     # -- heartbeat -------------------------------------------------------------------------------
 

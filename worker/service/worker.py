@@ -169,7 +169,13 @@ class JobWorker:
                 commands += preempted.on_preempted()
         self.num_steps += 1
         step_s = time.perf_counter() - started
-        self.reporter.step(self.active, step_s, self.engine.last_num_batched_tokens, generated)
+        self.reporter.step(
+            self.active,
+            step_s,
+            self.engine.last_num_batched_tokens,
+            generated,
+            self.publisher.stats,
+        )
         commands += self.reporter.waits(self.active)
         commands += self.reporter.heartbeat(draining)
         self.publisher.publish(commands)
