@@ -16,7 +16,8 @@ def test_priority_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
     bench = load("priority")
     args = ["--model", str(tiny_model_dir), "--batch-jobs", "8", "--interactive-jobs", "3"]
     args += ["--scale", "0.25", "--max-num-seqs", "4", "--max-num-batched-tokens", "64"]
-    args += ["--interactive-start-s", "0", "--interactive-every-s", "0.01"]
+    # Arrivals come between steps, after the first: by then batch jobs hold every slot.
+    args += ["--interactive-start-s", "0.05", "--interactive-every-s", "0.02"]
     args += ["--threads", str(torch.get_num_threads()), "--kv-cache-bytes", str(16 << 20)]
     report = bench.main([*args, "--out", str(tmp_path / "out.json")])
     runs = report["runs"]
