@@ -1,0 +1,118 @@
+"""`ops/bench/peers/`: the workload file, result lines and missing peers, without the peer venvs.
+
+The vLLM smoke test runs only where `bash ops/bench/peers/setup_vllm.sh` built .venv-vllm (CI
+does not: a 3.5 GB environment); elsewhere it is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_PEERS = ROOT / "ops" / "bench" / "peers" / "run_peers.py"
+
+
+@pytest.fixture(scope="module")
+def peers() -> ModuleType:
+    name = "paternoster_run_peers"
+    spec = importlib.util.spec_from_file_location(name, RUN_PEERS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_workload_json_round_trip(peers: ModuleType, tmp_path: Path) -> None:
+    bench = peers.load_engine_bench()
+    workload = bench.make_workload(7, 3, 0.05, list(range(100, 900)))
+    path = tmp_path / "w.json"
+    peers.write_workload(path, workload)
+    records = peers.read_workload(path)
+    assert [r["request_id"] for r in records] == [r.request_id for r in workload]
+    for rec, req in zip(records, workload, strict=True):
+        assert rec["prompt_token_ids"] == list(req.prompt_ids)
+        assert rec["max_tokens"] == req.output_len >= 1
+        assert rec["kind"] == req.kind
+    assert json.loads(path.read_text()) == records
+
+
+def test_parse_result_line(peers: ModuleType) -> None:
+    first = {"system": "a", "output_tok_s": 1.5}
+    last = {"system": "b", "output_tok_s": 2.5, "outputs": {"r0": [1, 2]}}
+    text = "\n".join(
+        [
+            "INFO 11-29 [core.py:1] starting",
+            "PEER_RESULT " + json.dumps(first),
+            "(EngineCore pid=1) PEER_RESULT not at the start: ignored",
+            "PEER_RESULT " + json.dumps(last),
+            "INFO shutdown",
+        ]
+    )
+    assert peers.parse_result_line(text) == last
+    assert peers.parse_result_line("INFO nothing here\n") is None
+
+
+def test_parity_counts_first_divergence(peers: ModuleType) -> None:
+    ours = {"outputs": {"r0": [1, 2, 3], "r1": [4, 5, 6]}}
+    peer = {"outputs": {"r0": [1, 2, 3], "r1": [4, 9, 6]}}
+    assert peers.parity(ours, peer, ["r0", "r1"]) == {
+        "checked": 2,
+        "equal": 1,
+        "first_diff_at": {"r1": 1},
+    }
+
+
+def test_missing_peer_is_not_installed(peers: ModuleType, tmp_path: Path) -> None:
+    args = argparse.Namespace(venv_root=tmp_path, threads=2, peer_timeout_s=5.0)
+
+    def never(*_: object) -> list[str]:
+        raise AssertionError("a missing peer must not be started")
+
+    result = peers.run_peer(peers.PEERS["vllm-bind"], args, tmp_path / "w.json", never)
+    assert result["status"] == "not installed"
+    assert result["setup"] == "bash ops/bench/peers/setup_vllm.sh"
+    # A venv without the built llama-server binary is not installed either.
+    (tmp_path / ".venv-llamacpp" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv-llamacpp" / "bin" / "python").touch()
+    result = peers.run_peer(peers.PEERS["llama.cpp-f32"], args, tmp_path / "w.json", never)
+    assert result["status"] == "not installed"
+
+
+def test_main_reports_missing_peers(
+    peers: ModuleType, tmp_path: Path, smol_model_dir: Path
+) -> None:
+    out = tmp_path / "peers.json"
+    argv = ["--no-ours", "--peers", "vllm-bind,vllm-nobind,llama.cpp-f32"]
+    argv += ["--venv-root", str(tmp_path), "--num-requests", "3", "--scale", "0.05"]
+    report = peers.main([*argv, "--threads", "1", "--out", str(out)])
+    assert json.loads(out.read_text()) == report
+    assert {s["status"] for s in report["systems"].values()} == {"not installed"}
+    assert set(report["systems"]) == {"vllm-bind", "vllm-nobind", "llama.cpp-f32"}
+    assert len(peers.read_workload(out.with_suffix(".workload.json"))) == 3
+
+
+@pytest.mark.slow
+def test_vllm_cpu_smoke(peers: ModuleType, tmp_path: Path) -> None:
+    if not (ROOT / ".venv-vllm" / "bin" / "python").exists():
+        pytest.skip(".venv-vllm absent: bash ops/bench/peers/setup_vllm.sh builds it")
+    workload = [
+        {"request_id": f"r{i}", "prompt_token_ids": list(range(1000 + i, 1012)), "max_tokens": n}
+        for i, n in enumerate((3, 5))
+    ]
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(workload))
+    args = argparse.Namespace(
+        venv_root=ROOT, threads=2, peer_timeout_s=600.0, vllm_dtype="float32", llamacpp_gguf=None
+    )
+    result = peers.run_peer(peers.PEERS["vllm-bind"], args, path)
+    assert result["status"] == "ok", result
+    assert result["lengths_ok"] and result["output_tokens"] == 8
+    assert [len(result["outputs"][r]) for r in ("r0", "r1")] == [3, 5]
