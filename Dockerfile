@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# Three images from one wheel, so the producer web apps install and the worker they talk to can
+# Four images from one wheel, so the producer web apps install and the worker they talk to can
 # never disagree on the protocol:
 #   producer    python:slim + the `producer` extra (redis, pydantic): no torch, ~150 MB
+#   gateway     python:slim + the `gateway` extra (FastAPI, uvicorn): the HTTP/SSE/OpenAI API
 #   worker      CUDA runtime + the `worker` extra: the GPU service (compose service `worker`)
 #   worker-cpu  python:slim + the `worker` extra on CPU torch + the bundled SmolLM2 (profile cpu)
 # Build one with `docker build --target worker -t paternoster-worker .`.
@@ -12,9 +13,11 @@ ARG CUDA_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
 FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY MANIFEST.in ./
 COPY producer producer
 COPY worker worker
 COPY kernels kernels
+COPY gateway gateway
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE} AS producer
@@ -23,6 +26,14 @@ RUN pip install --no-cache-dir --find-links /wheels "paternoster-llm[producer]" 
 RUN useradd --create-home app
 USER app
 CMD ["paternoster", "--help"]
+
+FROM ${PYTHON_IMAGE} AS gateway
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir --find-links /wheels "paternoster-llm[gateway]" && rm -rf /wheels
+RUN useradd --create-home app
+USER app
+EXPOSE 8000
+CMD ["paternoster", "gateway", "--host", "0.0.0.0", "--port", "8000"]
 
 FROM ${CUDA_IMAGE} AS worker
 # gcc and the Python headers: Triton compiles its small CUDA launcher with them on first use.

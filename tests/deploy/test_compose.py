@@ -64,10 +64,9 @@ def test_every_paternoster_command_parses_with_the_cli() -> None:
     services = load_compose()["services"]
     commands = [s["command"] for s in services.values() if s.get("command")]
     ours = [[interpolate(str(a)) for a in c] for c in commands if c[0] == "paternoster"]
-    assert len(ours) == 2
-    for command in ours:
-        args = build_parser().parse_args(command[1:])
-        assert args.command == "worker"
+    assert len(ours) == 3  # the GPU worker, the CPU worker, the gateway
+    parsed = [build_parser().parse_args(command[1:]).command for command in ours]
+    assert sorted(parsed) == ["gateway", "worker", "worker"]
     gpu = build_parser().parse_args(interpolate_all(services["worker"]["command"])[1:])
     assert (gpu.model, gpu.device) == ("/models", "cuda")
     cpu = build_parser().parse_args(interpolate_all(services["worker-cpu"]["command"])[1:])
@@ -80,10 +79,10 @@ def interpolate_all(command: list[str]) -> list[str]:
 
 def test_every_environment_variable_is_read_by_the_code() -> None:
     sources = "".join(
-        p.read_text() for d in ("producer", "worker") for p in (ROOT / d).rglob("*.py")
+        p.read_text() for d in ("producer", "worker", "gateway") for p in (ROOT / d).rglob("*.py")
     )
     services = load_compose()["services"]
-    for name in ("worker", "worker-cpu"):
+    for name in ("worker", "worker-cpu", "gateway"):
         env = services[name]["environment"]
         assert env["REDIS_URL"] == "redis://redis:6379/0"  # the redis service, by name
         for key in env:
