@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import torch
 
 # No GPU in CI: Triton kernels run under the interpreter. Set before anything imports triton.
@@ -86,3 +87,11 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    """A decoding client of the test Redis."""
+    c = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield c
+    c.close()

@@ -36,13 +36,6 @@ PAGE_IDS = (
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def own_gateway(redis_url: str, key_prefix: str) -> Iterator[Served]:
     """A gateway on this test's own prefix, with no worker: its data is only what we write."""
     served = serve(GatewayConfig(redis_url=redis_url, prefix=key_prefix))

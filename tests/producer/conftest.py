@@ -12,13 +12,6 @@ from tests.producer.fake_worker import FakeWorker
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def keys(key_prefix: str) -> Keys:
     return Keys(key_prefix)
 

@@ -36,7 +36,7 @@ def slowed(engine: LLMEngine, step_s: float) -> LLMEngine:
     return engine
 
 
-def wait_until(check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+def wait_until(check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while not (value := check()):
         assert time.monotonic() < deadline, "condition not met in time"

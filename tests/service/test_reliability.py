@@ -17,6 +17,7 @@ from producer import JobHandle, JobState, Producer
 from producer.protocol import ErrorEvent
 from tests.service.conftest import tiny_engine
 from tests.service.streams import check_stream
+from tests.service.test_priority import wait_until
 from tests.service.test_processes import start_worker, wait_for_consumers
 from worker.engine.sampling_params import SamplingParams
 
@@ -60,14 +61,6 @@ def workers(tiny_model_dir: Path, server: RedisServer, prefix: str) -> Iterator[
     pool = Workers(tiny_model_dir, server.url, prefix)
     yield pool
     pool.stop_all()
-
-
-def wait_until(check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := check()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-    return value
 
 
 def expected_tokens(model_dir: Path, prompts: list[str], max_tokens: int) -> list[list[int]]:

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,14 +69,22 @@ def convert_gguf(gguf: Path, cache_root: Path) -> Path:
     key = f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{CONVERTER_VERSION}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     target = cache_root / "models" / f"{gguf.stem}-{digest}"
+    return write_once(target, lambda out: _write_hf_dir(gguf, out))
+
+
+def write_once(target: Path, write: Callable[[Path], None]) -> Path:
+    """``target`` (a model directory with a config.json), written by ``write`` into a staging
+    directory and renamed into place, unless it exists already: a concurrent writer sees all
+    of it or nothing."""
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=".write-", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; other users may read the cache
     try:
-        _write_hf_dir(gguf, staging)
+        write(staging)
         try:
-            staging.rename(target)  # atomic: a concurrent start sees all of it or nothing
+            staging.rename(target)
         except OSError:
             if not (target / "config.json").exists():
                 raise

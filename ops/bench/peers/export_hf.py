@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from worker import envs
-from worker.models.loader import bundled_model_path
+from worker.models.loader import bundled_model_path, write_once
 
 DTYPES = ("float32", "bfloat16")
 EXPORT_VERSION = "1"  # bump when the layout changes, so stale exports are not reused
@@ -46,12 +44,8 @@ def export(
 
     gguf = gguf or bundled_model_path()
     target = export_dir(gguf, dtype, cache_root or envs.cache_dir())
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; other users may read the cache
-    try:
+
+    def write(out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype)
         )
@@ -59,18 +53,11 @@ def export(
         model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        model.save_pretrained(str(staging))
-        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(
-            str(staging)
-        )
-        try:
-            staging.rename(target)  # atomic: a concurrent export sees all of it or nothing
-        except OSError:
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+        model.save_pretrained(str(out))
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer.save_pretrained(str(out))
+
+    return write_once(target, write)
 
 
 def export_gguf_f32(
