@@ -126,6 +126,9 @@ def drive(
         if plan and now >= plan[0]:
             plan.pop(0)
             live = [n for n, proc in workers.items() if proc.poll() is None]
+            if not live:  # every worker died on its own: that is a failure the audit shows
+                events.append({"t_s": round(now, 2), "fault": "no live worker to kill"})
+                continue
             victim = rng.choice(live)
             workers[victim].send_signal(signal.SIGKILL)
             name = f"w{spawned}"

@@ -24,7 +24,6 @@ def test_priority_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert set(runs) == {"idle", "fifo", "priority", "preempt"}
     assert sum(runs["preempt"]["preemptions"].values()) > 0
     assert runs["priority"]["preemptions"] == {} and runs["fifo"]["preemptions"] == {}
-    assert runs["preempt"]["prompt_tokens_recomputed"] > 0
     assert runs["priority"]["prompt_tokens_recomputed"] == 0
     for run in runs.values():
         assert 0 < run["ttft_p50_s"] <= run["ttft_p99_s"] <= run["ttft_max_s"]

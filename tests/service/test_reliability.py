@@ -171,11 +171,16 @@ def test_a_job_that_kills_every_worker_ends_in_the_dead_letter_stream(
         poison = p.submit("boom", max_tokens=4, metadata={"chaos": "crash"}, **GREEDY)
         exits = []
         for _ in range(6):  # a supervisor restarting the worker under the same name
-            proc = workers.start("w-restarted", "--max-deliveries", "3")
-            try:
-                exits.append(proc.wait(timeout=20))
-            except subprocess.TimeoutExpired:
-                break  # it survived: the poison job is gone
+            # Not workers.start: it may die before it is seen in the consumer group.
+            extra = ["--max-deliveries", "3"]
+            proc = start_worker(workers.model_dir, server.url, prefix, "w-restarted", extra, CHAOS)
+            workers.procs[f"w-restarted-{len(exits)}"] = proc
+            wait_until(
+                lambda w=proc: w.poll() is not None or p.status(poison.job_id).state.terminal
+            )
+            if proc.poll() is None:
+                break  # it survived: the poison job has ended
+            exits.append(proc.returncode)
         assert exits == [137, 137, 137]
         events = list(p.stream(poison.job_id, timeout_s=30))
         assert isinstance(events[-1], ErrorEvent) and events[-1].code == "dead_letter"

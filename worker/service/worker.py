@@ -98,8 +98,7 @@ class JobWorker:
     def run(self) -> None:
         """Serve until ``stop()``; then finish the jobs in hand (for at most ``grace_s``; the
         rest are handed back to other workers) and return."""
-        self.intake.ensure_group()
-        self.lease.renew()
+        self._join_redis()
         self.lease.start()
         for thread in (self.publisher, self.cancels, self.intake):
             thread.start()
@@ -125,6 +124,21 @@ class JobWorker:
             self.intake.join(timeout=self.config.read_block_ms / 1000 + 5)
             self.cancels.join(timeout=self.config.read_block_ms / 1000 + 5)
             self._log.info("worker_stopped", steps=self.num_steps)
+
+    def _join_redis(self) -> None:
+        """Create the groups and take the lease, waiting out a Redis that is away (restarting,
+        not up yet): a worker started before its Redis serves once Redis is back."""
+        for attempt in range(10**9):
+            try:
+                self.intake.ensure_group()
+                self.lease.renew()
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if self.stop_event.is_set():
+                    raise
+                delay_s = min(5.0, 0.2 * 2**attempt)
+                self._log.warning("redis_unavailable", error=str(exc), retry_in_s=delay_s)
+                time.sleep(delay_s)
 
     def stop(self) -> None:
         """Stop taking jobs; ``run`` returns once the jobs already taken have ended, or after
