@@ -36,14 +36,17 @@ class CancelListener(threading.Thread):
         self._wake = wake
         self._block_ms = block_ms
         self.stopping = threading.Event()
-        # Resolve "$" to a concrete id now: a later XREAD from "$" would skip entries written
-        # between two reads.
-        last: Any = client.xrevrange(keys.cancels, count=1)
-        self._last_id = last[0][0] if last else "0-0"
+        # "$" is resolved to a concrete id at the first read (a later XREAD from "$" would skip
+        # entries written between two reads); not here, so a worker can start while its Redis
+        # is away.
+        self._last_id: str | None = None
 
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
+                if self._last_id is None:
+                    last: Any = self._redis.xrevrange(self._keys.cancels, count=1)
+                    self._last_id = last[0][0] if last else "0-0"
                 reply: Any = self._redis.xread(
                     {self._keys.cancels: self._last_id}, count=256, block=self._block_ms
                 )
