@@ -39,6 +39,7 @@ sys.path.append(str(Path(__file__).resolve().parent))
 import torch
 from engine import in_worker_thread
 
+from producer.top.snapshot import percentile  # nearest rank: of 12 jobs, p99 is the slowest
 from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
@@ -131,18 +132,12 @@ def run_config(args: argparse.Namespace, name: str) -> dict[str, Any]:
         "output_tokens": num_out,
         "output_tok_s": num_out / wall,
         "ttft_p50_s": statistics.median(ttft),
-        "ttft_p99_s": percentile(ttft, 0.99),
+        "ttft_p99_s": percentile(ttft, 99),
         "ttft_max_s": ttft[-1],
         "preemptions": dict(engine.scheduler.preemptions_by_reason),
         "prompt_tokens_recomputed": computed - unique_prompt,
         "tokens": {r: t for r, t in tokens.items() if r.startswith("batch")},
     }
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile: with 12 jobs, p99 is the slowest one (no interpolation)."""
-    rank = max(1, min(len(sorted_values), int(-(-q * len(sorted_values) // 1))))
-    return sorted_values[rank - 1]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

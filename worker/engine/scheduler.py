@@ -193,8 +193,7 @@ class Scheduler:
                     self._preempt(v, "priority", planned, preempted)
                 continue  # budget and prefix hit may have changed: look again
             self._start(seq, num_new, hit, planned)
-            if seq.tenant in self._capped_tenants():
-                capped = self._capped_tenants()
+            capped = self._capped_tenants()
         head = self.waiting.head(capped)
         if head is not None:
             self._blocked = Blocked(head, WaitReason.STEP_BUDGET)

@@ -137,14 +137,18 @@ class Intake(threading.Thread):
         try:
             spec, ids = parse_job(job_id, orphan.fields.get("payload"), self._limits)
             params = SamplingParams(**spec.sampling.model_dump())
-            times: Any = self._redis.hmget(self.keys.job(job_id), "submitted_at", "started_at")
+            times: Any = self._redis.hmget(
+                self.keys.job(job_id), "submitted_at", "started_at", "first_token_at"
+            )
             resume = reclaimer.published(job_id, params.n)
-            first_token_at = reclaimer.first_token_at(job_id)
+            seconds, micros = self._redis.time()
         except Exception as exc:  # it passed intake once: only a worker of another version
             self._log.exception("job_resume_failed", job_id=job_id, error=repr(exc))
             return False
-        self.clock_offset_s = float(self._redis.time()[0]) - time.time()
-        job = self._admitted(orphan.stream, orphan.entry_id, spec, ids, params, *times)
+        self.clock_offset_s = seconds + micros / 1e6 - time.time()
+        submitted, started, first_token = times
+        job = self._admitted(orphan.stream, orphan.entry_id, spec, ids, params, submitted, started)
+        first_token_at = float(first_token) if first_token else None
         job = dataclasses.replace(job, resume=resume, first_token_at=first_token_at)
         self._log.info(
             "job_resumed",

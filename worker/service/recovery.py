@@ -190,7 +190,3 @@ class Reclaimer:
             if event.index <= len(have):
                 have.extend(event.token_ids[skip:])
         return tuple(tuple(t) for t in tokens)
-
-    def first_token_at(self, job_id: str) -> float | None:
-        value = self._redis.hget(self.keys.job(job_id), "first_token_at")
-        return float(str(value)) if value else None

@@ -71,7 +71,7 @@ class Reporter:
         for job_id in [j for j in self._published if j not in infos]:
             del self._published[job_id]
             if job_id in active:  # admitted now: it no longer waits
-                commands.append(Command("HDEL", (self.keys.job(job_id), "wait_reason", "position")))
+                commands.append(self._clear_wait(job_id))
         if self.metrics is not None:
             for reason, count in reasons.items():
                 self.metrics.waiting_reason(reason=reason, count=count)
@@ -81,7 +81,10 @@ class Reporter:
         """A job ended: clear its wait fields if they were ever written."""
         if self._published.pop(job_id, None) is None:
             return []
-        return [Command("HDEL", (self.keys.job(job_id), "wait_reason", "position"))]
+        return [self._clear_wait(job_id)]
+
+    def _clear_wait(self, job_id: str) -> Command:
+        return Command("HDEL", (self.keys.job(job_id), "wait_reason", "position"))
 
     # -- metrics -----------------------------------------------------------------------------
 

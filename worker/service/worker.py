@@ -46,10 +46,10 @@ class JobWorker:
         self.metrics = metrics
         self.config = config = config or WorkerConfig()
         self.keys = Keys(config.prefix)
-        # One connection per thread: a blocking read must not hold up the publisher. No socket
-        # timeout on the readers (they block by design); the publisher's bounds a hung write.
-        # Blocking reads wait read_block_ms; a socket timeout 10 s past that (and keepalive)
-        # means a half-open connection after a network fault raises instead of hanging.
+        # One connection per thread: a blocking read must not hold up the publisher. Blocking
+        # reads wait read_block_ms; a socket timeout 10 s past that (and keepalive) means a
+        # half-open connection after a network fault raises instead of hanging. The writer's
+        # timeout bounds a hung write.
         readers: dict[str, Any] = {
             "decode_responses": True,
             "socket_timeout": config.read_block_ms / 1000 + 10,
@@ -89,7 +89,6 @@ class JobWorker:
         self.active: dict[str, ActiveJob] = {}
         self._early_cancels: dict[str, float] = {}
         self._aborts_pending = False  # the engine reports aborts at its next step: take one
-        self.num_steps = 0
         self.stop_event = threading.Event()
         self._stop_at = 0.0
         # Every line this worker logs names it: several workers often share one log sink.
@@ -124,6 +123,11 @@ class JobWorker:
             self.intake.join(timeout=self.config.read_block_ms / 1000 + 5)
             self.cancels.join(timeout=self.config.read_block_ms / 1000 + 5)
             self._log.info("worker_stopped", steps=self.num_steps)
+
+    @property
+    def num_steps(self) -> int:
+        """Engine steps run so far (the reporter counts them for the heartbeat)."""
+        return self.reporter.num_steps
 
     def _join_redis(self) -> None:
         """Create the groups and take the lease, waiting out a Redis that is away (restarting,
@@ -181,7 +185,6 @@ class JobWorker:
         for job_id in self.engine.last_preempted:
             if (preempted := self.active.get(job_id)) is not None:
                 commands += preempted.on_preempted()
-        self.num_steps += 1
         step_s = time.perf_counter() - started
         self.reporter.step(
             self.active,
@@ -213,7 +216,7 @@ class JobWorker:
             jobs.append(self._admitted.get_nowait())
         for job in jobs:
             self.engine.abort(job.job_id)
-            self.publisher.publish([hset(self.keys.job(job.job_id), {"handoff": 1})])
+        self.publisher.publish([hset(self.keys.job(j.job_id), {"handoff": 1}) for j in jobs])
         self.active.clear()
         self._log.info("jobs_handed_back", count=len(jobs), job_ids=[j.job_id for j in jobs])
 
