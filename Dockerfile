@@ -53,9 +53,12 @@ USER app
 CMD ["paternoster", "worker"]
 
 FROM ${PYTHON_IMAGE} AS worker-cpu
-RUN apt-get update && apt-get install -y --no-install-recommends gcc \
+# g++: our C++ attention kernel is compiled for the host CPU at first start (kernels/cpu_ops.py),
+# into the cache volume, so a restarted container reuses it.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc g++ \
     && rm -rf /var/lib/apt/lists/*
 ENV PATERNOSTER_CACHE_DIR=/cache \
+    TORCH_EXTENSIONS_DIR=/cache/torch_extensions \
     PYTHONUNBUFFERED=1
 COPY --from=wheel /wheels /wheels
 # The CPU torch wheel (about 200 MB against the CUDA build's 2.5 GB), then the rest from PyPI.

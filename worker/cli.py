@@ -23,7 +23,15 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=None, help="HF directory or .gguf (default: bundled SmolLM2)")
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    g.add_argument("--attention-backend", default="auto", choices=["auto", "torch", "triton"])
+    g.add_argument(
+        "--attention-backend", default="auto", choices=["auto", "torch", "cpu", "triton"]
+    )
+    g.add_argument(
+        "--linear-backend",
+        default="auto",
+        choices=["auto", "torch", "onednn"],
+        help="CPU projections: auto packs weights for oneDNN where the dtype allows",
+    )
     g.add_argument("--block-size", type=int, default=16)
     g.add_argument("--num-blocks", type=int, default=None, help="KV blocks (default: from memory)")
     g.add_argument("--kv-cache-bytes", type=int, default=None)
@@ -57,6 +65,7 @@ def engine_config(args: argparse.Namespace) -> Any:
         device=args.device,
         dtype=args.dtype,
         attention_backend=args.attention_backend,
+        linear_backend=args.linear_backend,
         num_threads=args.threads,
         cache=CacheConfig(
             block_size=args.block_size, num_blocks=args.num_blocks, memory_bytes=args.kv_cache_bytes

@@ -9,7 +9,7 @@ import torch
 
 from worker.attention.metadata import AttentionMetadata
 
-BackendName = Literal["auto", "torch", "triton"]
+BackendName = Literal["auto", "torch", "cpu", "triton"]
 
 
 class AttentionBackend(ABC):
@@ -84,9 +84,21 @@ class AttentionBackend(ABC):
 
 
 def get_attention_backend(name: BackendName, device: torch.device) -> AttentionBackend:
-    """``auto`` picks Triton on CUDA and torch elsewhere; an explicit name overrides it."""
-    if name == "auto":
-        name = "triton" if device.type == "cuda" else "torch"
+    """``auto`` picks Triton on CUDA, elsewhere our C++ CPU kernels where they build (else
+    torch); an explicit name overrides it, and ``cpu`` raises if the kernels cannot be built."""
+    if name == "auto" and device.type == "cuda":
+        name = "triton"
+    if name in ("auto", "cpu"):
+        from kernels import cpu_ops
+
+        ops = cpu_ops.load()
+        if ops is not None:
+            from worker.attention.cpu_backend import CpuAttentionBackend
+
+            return CpuAttentionBackend(ops)
+        if name == "cpu":
+            raise RuntimeError(f"CPU attention kernels unavailable: {cpu_ops.unavailable_reason()}")
+        name = "torch"
     if name == "torch":
         from worker.attention.torch_backend import TorchAttentionBackend
 
@@ -95,4 +107,4 @@ def get_attention_backend(name: BackendName, device: torch.device) -> AttentionB
         from worker.attention.triton_backend import TritonAttentionBackend
 
         return TritonAttentionBackend()
-    raise ValueError(f"unknown attention backend {name!r}; expected auto, torch or triton")
+    raise ValueError(f"unknown attention backend {name!r}; expected auto, torch, cpu or triton")

@@ -32,6 +32,7 @@ from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.wait_reasons import WaitInfo
+from worker.models.cpu_linear import pack_linears
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
 Messages = list[dict[str, str]]
@@ -48,6 +49,7 @@ class LLMEngine:
         self.model_dir = resolve_model_dir(config.model)
         self.tokenizer: Any = load_tokenizer(self.model_dir)
         model = load_model(self.model_dir, pick_dtype(config.dtype, self.device), self.device)
+        self.num_packed_linears = pack_linears(model, config.linear_backend)
         self.model_config = model.config
         self.runner = ModelRunner(config, model, self.device)
         self.block_manager = BlockManager(

@@ -1,0 +1,60 @@
+"""Builds and loads our C++ CPU kernels (`cpu_paged_attention.cpp`) on first use.
+
+The source is compiled for the machine it runs on (``-march=native``) by torch's extension
+builder, which caches the result under ``TORCH_EXTENSIONS_DIR`` (default
+``~/.cache/torch_extensions``) keyed by source and flags: about 40 s on a 2-core machine the first
+time, a fraction of a second after. Building needs a C++ compiler and ``ninja``; where either is
+missing, `load` returns None with the reason, and callers keep the pure-torch path.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+from types import ModuleType
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("cpu_paged_attention.cpp")
+NAME = "paternoster_cpu_attention"
+# -fopenmp-simd lets `#pragma omp simd reduction` vectorise the dot products without
+# -ffast-math, which would also loosen exp() and the softmax's inf handling.
+CFLAGS = ["-O3", "-march=native", "-fopenmp-simd"]
+
+_lock = threading.Lock()
+_state: dict[str, ModuleType | str] = {}
+
+
+def load() -> ModuleType | None:
+    """The compiled module, building it once per process; None if it cannot be built."""
+    with _lock:
+        if "module" not in _state and "error" not in _state:
+            try:
+                _state["module"] = _build()
+            except Exception as e:  # a compiler error, a missing tool: keep the torch path
+                _state["error"] = f"{type(e).__name__}: {e}".strip()[:2000]
+                log.warning("CPU attention kernels unavailable, using torch: %s", _state["error"])
+        module = _state.get("module")
+        return module if isinstance(module, ModuleType) else None
+
+
+def unavailable_reason() -> str | None:
+    """Why `load` returned None, once it has; None while loadable or untried."""
+    error = _state.get("error")
+    return error if isinstance(error, str) else None
+
+
+def _build() -> ModuleType:
+    from torch.utils import cpp_extension
+
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        raise RuntimeError("no C++ compiler (c++ or g++) on PATH")
+    if not cpp_extension.is_ninja_available():
+        raise RuntimeError("ninja is not installed (pip install ninja)")
+    module = cpp_extension.load(
+        name=NAME, sources=[str(SOURCE)], extra_cflags=CFLAGS, verbose=False
+    )
+    assert isinstance(module, ModuleType)
+    return module
