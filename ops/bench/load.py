@@ -168,7 +168,9 @@ def print_run(run: dict[str, Any]) -> None:
         f"e2e {fmt(o['e2e_s'])}  queue {fmt(o['queue_s'])}\n"
         f"  KV max {run['kv']['max_kv_usage']}, preemptions {run['preemptions']}, "
         f"rejections {run['rejections']}, cancels {run['cancellations']['honoured']}/"
-        f"{run['cancellations']['planned']} honoured",
+        f"{run['cancellations']['planned']} honoured\n"
+        f"  model work {run['model_gflop_s']:.1f} GFLOP/s, "
+        f"{100 * run.get('ceiling_fraction', 0.0):.1f}% of the matmul ceiling",
         flush=True,
     )
 
@@ -186,6 +188,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         load_tokenizer(args.model_dir), args.model_config.vocab_size
     )
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    # The machine's matmul ceiling with the worker's thread count, measured before any worker
+    # starts so nothing shares the cores: each run's model GFLOP/s is reported against it.
+    import torch
+
+    torch.set_num_threads(args.threads)
+    ceiling = engine_bench.matmul_gflops()
+    print(f"matmul ceiling: {ceiling:.1f} GFLOP/s fp32 on {args.threads} threads", flush=True)
     url, embedded = resolve_redis_url(args.redis_url)
     runs = []
     try:
@@ -203,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 raise ValueError(f"no job arrives within --duration-s at {rate:g} jobs/s")
             print(f"rate {rate:g}/s: {len(jobs)} jobs ...", flush=True)
             runs.append(run_rate(args, jobs, rate, url))
+            runs[-1]["ceiling_fraction"] = runs[-1]["model_gflop_s"] / ceiling
             print_run(runs[-1])
     finally:
         if embedded is not None:
@@ -211,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     report = {
         "config": json.loads(json.dumps(config, default=str)),
         "environment": engine_bench.environment(args.threads),
+        "matmul_ceiling_gflop_s": ceiling,
         "mix": asdict(mix),
         "runs": runs,
     }

@@ -94,6 +94,9 @@ def test_load_bench_tiny(tmp_path: Path, tiny_model_dir: Path, redis_url: str) -
     assert set(run["preemptions"]) == {"priority", "kv_cache_full"}
     assert run["kv"]["samples"] and run["kv"]["kv_total_blocks"] > 0
     assert 0 <= run["kv"]["max_kv_usage"] <= 1
+    # Model work against the machine's matmul ceiling, measured in the same run.
+    assert report["matmul_ceiling_gflop_s"] > 1
+    assert run["ceiling_fraction"] == run["model_gflop_s"] / report["matmul_ceiling_gflop_s"] > 0
 
     kv = run["kv_memory"]
     assert kv["jobs"] == 6 and kv["context_len"] == 512  # the tiny model's context

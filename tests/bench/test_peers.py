@@ -99,6 +99,19 @@ def test_main_reports_missing_peers(
     assert len(peers.read_workload(out.with_suffix(".workload.json"))) == 3
 
 
+def test_local_systems_run_beside_ours(peers: ModuleType, tmp_path: Path) -> None:
+    """HF continuous batching runs in-process on the same requests and is compared with ours."""
+    out = tmp_path / "peers.json"
+    argv = ["--peers", "", "--local", "hf-cb", "--num-requests", "3", "--scale", "0.05"]
+    report = peers.main([*argv, "--threads", "1", "--out", str(out)])
+    ours, hf = report["systems"]["ours"], report["systems"]["hf-cb"]
+    assert ours["status"] == hf["status"] == "ok"
+    assert ours["output_tokens"] == hf["output_tokens"] > 0
+    assert hf["ours_speedup"] == ours["output_tok_s"] / hf["output_tok_s"]
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--local", "hf-nonsense"])
+
+
 @pytest.mark.slow
 def test_vllm_cpu_smoke(peers: ModuleType, tmp_path: Path) -> None:
     if not (ROOT / ".venv-vllm" / "bin" / "python").exists():

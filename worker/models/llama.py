@@ -14,7 +14,7 @@ from torch import nn
 
 from worker.attention import AttentionBackend, AttentionMetadata
 from worker.models.config import ModelConfig
-from worker.models.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rotary
+from worker.models.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rotary, rotate
 
 CosSin = tuple[torch.Tensor, torch.Tensor]
 
@@ -49,13 +49,18 @@ class Attention(nn.Module):
 
     def forward(self, hidden: torch.Tensor, cos_sin: CosSin, ctx: StepContext) -> torch.Tensor:
         num_tokens = hidden.shape[0]
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], -1)
-        q = q.view(num_tokens, self.num_q_heads, self.head_size)
-        k = k.view(num_tokens, self.num_kv_heads, self.head_size)
+        qkv = self.qkv_proj(hidden)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], -1)
         v = v.view(num_tokens, self.num_kv_heads, self.head_size)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, k, cos_sin)
+            q = self.q_norm(q.view(num_tokens, self.num_q_heads, self.head_size))
+            k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_size))
+            q, k = apply_rotary(q, k, cos_sin)
+        else:
+            # q and k are adjacent in the fused projection: rotate them as one (T, Hq + Hkv, D)
+            # view, half the elementwise calls of rotating each (60 fewer per step at 30 layers).
+            qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, -1, self.head_size)
+            q, k = rotate(qk, cos_sin).split([self.num_q_heads, self.num_kv_heads], 1)
         k_cache, v_cache = ctx.kv_caches[self.layer_index]
         out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.meta, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))

@@ -7,8 +7,9 @@ Each peer lives in its own virtual environment at the repository root (built by
 ``setup_vllm.sh`` / ``setup_llamacpp.sh``) and runs as a subprocess with that venv's python on a
 workload JSON written here; it prints one ``PEER_RESULT {json}`` line. A peer whose venv is absent
 is reported as "not installed", not as a failure. ``ours`` (engine.py's ``run_ours``, fp32, same
-threads) runs in this process on the same requests, and the table shows every system's output
-tok/s and ``ours x`` = ours' output tok/s over the system's.
+threads) runs in this process on the same requests, as do the Hugging Face systems named in
+``--local`` (``hf-cb``: continuous batching, ``hf-static``: ``generate`` on static batches); the
+table shows every system's output tok/s and ``ours x`` = ours' output tok/s over the system's.
 
 Peers:
 - ``vllm-bind``: vLLM's offline ``LLM.generate``, OpenMP threads pinned to cores 0..threads-1.
@@ -114,6 +115,7 @@ PEERS = {
     },
 }
 DEFAULT_PEERS = "vllm-bind,vllm-nobind,llama.cpp-f32,llama.cpp-q4_1"
+LOCAL_SYSTEMS = {"ours-bf16", "hf-cb", "hf-static"}  # engine.py's, run in this process
 
 
 def peer_python(peer: Peer, venv_root: Path) -> Path | None:
@@ -188,21 +190,29 @@ def run_peer(
 # -- ours, comparison, table -----------------------------------------------------------------------
 
 
-def run_ours(
-    bench: ModuleType, args: argparse.Namespace, workload: Sequence[Any]
+def run_local(
+    bench: ModuleType, args: argparse.Namespace, workload: Sequence[Any], name: str
 ) -> dict[str, Any]:
-    """engine.py's ``ours`` on the same requests and threads, on a fresh thread as there."""
+    """engine.py's system ``name`` (``ours``, ``hf-cb``, ``hf-static``) in this process, on the
+    same requests and threads, on a fresh thread as there."""
     import functools
+    import gc
 
-    bench_args = bench.parse_args(["--threads", str(args.threads), "--systems", "ours"])
+    bench_args = bench.parse_args(["--threads", str(args.threads), "--systems", name])
     bench_args.model_dir = args.model_dir
     warm = bench.warmup_prompt(args.token_ids)
-    result = bench.in_worker_thread(functools.partial(bench.run_ours, bench_args, workload, warm))
+    if name in bench.OUR_DTYPES:
+        run = functools.partial(bench.run_ours, bench_args, workload, warm, name)
+    else:
+        model = bench.load_hf(args.model_dir)
+        run = functools.partial(bench.HF_RUNNERS[name], bench_args, model, workload, warm)
+    result = bench.in_worker_thread(run)
     bench.check_lengths(result, workload)
+    gc.collect()  # drop this system's KV pool before the next one allocates its own
     output_tokens = sum(r.output_len for r in workload)
     return {
         "status": "ok",
-        "system": "ours",
+        "system": name,
         "wall_s": result.wall_s,
         "output_tokens": output_tokens,
         "output_tok_s": output_tokens / result.wall_s,
@@ -262,6 +272,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--peers", default=DEFAULT_PEERS, help=f"comma list of {', '.join(PEERS)}")
     p.add_argument("--no-ours", action="store_true", help="run the peers only")
+    p.add_argument(
+        "--local",
+        default="",
+        help="engine.py systems to run in this process besides ours, e.g. hf-cb,hf-static",
+    )
     p.add_argument("--num-requests", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scale", type=float, default=1.0)
@@ -274,6 +289,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
     args.peers = [s.strip() for s in args.peers.split(",") if s.strip()]
+    args.local = [s.strip() for s in args.local.split(",") if s.strip()]
+    if set(args.local) - LOCAL_SYSTEMS:
+        p.error(f"unknown --local systems; choose from {', '.join(sorted(LOCAL_SYSTEMS))}")
     unknown = set(args.peers) - set(PEERS)
     if unknown:
         p.error(f"unknown peers {sorted(unknown)}; choose from {', '.join(PEERS)}")
@@ -313,7 +331,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     systems: dict[str, dict[str, Any]] = {}
     if not args.no_ours:
         print("running ours ...", flush=True)
-        systems["ours"] = run_ours(bench, args, workload)
+        systems["ours"] = run_local(bench, args, workload, "ours")
+    for name in args.local:
+        print(f"running {name} ...", flush=True)
+        systems[name] = run_local(bench, args, workload, name)
     for name in args.peers:
         print(f"running {name} ...", flush=True)
         systems[name] = run_peer(PEERS[name], args, workload_path)
