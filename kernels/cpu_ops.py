@@ -19,9 +19,13 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_paged_attention.cpp")
 NAME = "paternoster_cpu_attention"
-# -fopenmp-simd lets `#pragma omp simd reduction` vectorise the dot products without
+# -fopenmp: at::parallel_for is inline OpenMP code compiled into this module; without the flag
+# its pragma is ignored and the kernel runs on one thread (measured: 2 threads no faster than 1).
+# The module then needs libgomp.so.1, which resolves to the copy torch has already loaded, so
+# both share one thread pool. `#pragma omp simd reduction` vectorises the dot products without
 # -ffast-math, which would also loosen exp() and the softmax's inf handling.
-CFLAGS = ["-O3", "-march=native", "-fopenmp-simd"]
+CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
 
 _lock = threading.Lock()
 _state: dict[str, ModuleType | str] = {}
@@ -54,7 +58,11 @@ def _build() -> ModuleType:
     if not cpp_extension.is_ninja_available():
         raise RuntimeError("ninja is not installed (pip install ninja)")
     module = cpp_extension.load(
-        name=NAME, sources=[str(SOURCE)], extra_cflags=CFLAGS, verbose=False
+        name=NAME,
+        sources=[str(SOURCE)],
+        extra_cflags=CFLAGS,
+        extra_ldflags=LDFLAGS,
+        verbose=False,
     )
     assert isinstance(module, ModuleType)
     return module

@@ -218,3 +218,35 @@ def test_missing_venv_names_the_setup_script(monkeypatch: pytest.MonkeyPatch) ->
         args = sl.parse_args(["--server", server, "--threads", "1"])
         with pytest.raises(SystemExit, match=script):
             sl.server_command(args, 8000, 4)
+
+
+def fake_run(rate: float, tok_s: float, chat_p99_s: float, total_tokens: int) -> dict[str, Any]:
+    ttft = {"p50": chat_p99_s / 2, "p90": chat_p99_s, "p99": chat_p99_s, "n": 3}
+    return {
+        "rate_per_s": rate,
+        "workload": {"num_jobs": 3, "output_tokens": total_tokens},
+        "overall": {
+            "completed_jobs_per_s": 0.5,
+            "output_tok_s": tok_s,
+            "ttft_s": ttft,
+            "tpot_s": ttft,
+            "outcomes": {"done": 3},
+        },
+        "classes": {"chat": {"ttft_s": ttft}},
+    }
+
+
+def test_compare_serving_ratios(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    compare = load("compare_serving")
+    ours = tmp_path / "ours.json"
+    peer = tmp_path / "peer.json"
+    ours.write_text(json.dumps({"runs": [fake_run(0.4, 60.0, 1.0, 90)]}))
+    peer.write_text(json.dumps({"runs": [fake_run(0.4, 40.0, 4.0, 90)]}))
+    table = compare.main([f"ours={ours}", f"vllm={peer}", "--out", str(tmp_path / "t.json")])
+    ours_row, vllm_row = table["0.4"]
+    assert ours_row["ours_tok_s_ratio"] == 1.0
+    assert vllm_row["ours_tok_s_ratio"] == 1.5 and vllm_row["ours_chat_p99_ratio"] == 0.25
+    assert "| 0.4 | vllm | 0.500 | 40.0 | 1.50 |" in capsys.readouterr().out
+    peer.write_text(json.dumps({"runs": [fake_run(0.4, 40.0, 4.0, 91)]}))  # other work
+    with pytest.raises(SystemExit, match="another workload"):
+        compare.main([f"ours={ours}", f"vllm={peer}"])

@@ -14,6 +14,8 @@ table shows every system's output tok/s and ``ours x`` = ours' output tok/s over
 Peers:
 - ``vllm-bind``: vLLM's offline ``LLM.generate``, OpenMP threads pinned to cores 0..threads-1.
 - ``vllm-nobind``: the same with ``VLLM_CPU_OMP_THREADS_BIND=nobind``.
+- ``vllm-compile``: ``vllm-bind`` with torch.compile allowed (vLLM's default outside our eager
+  runs; its start-up compiles the model's graphs, excluded from the timing as all start-ups).
 - ``llama.cpp-f32``: ``llama-server`` with parallel slots on an F32 GGUF made from the bundled one
   by ``llama-quantize``: the same dequantized fp32 weights that ours and vLLM load.
 - ``llama.cpp-q4_1``: the same server on the bundled Q4_1 GGUF itself, llama.cpp's native case
@@ -107,6 +109,7 @@ LLAMA_SERVER_BIN = "llama-server/bin/llama-server"  # under .venv-llamacpp
 PEERS = {
     "vllm-bind": Peer("vllm-bind", ".venv-vllm", "setup_vllm.sh", "vllm_cpu.py"),
     "vllm-nobind": Peer("vllm-nobind", ".venv-vllm", "setup_vllm.sh", "vllm_cpu.py"),
+    "vllm-compile": Peer("vllm-compile", ".venv-vllm", "setup_vllm.sh", "vllm_cpu.py"),
     **{
         name: Peer(
             name, ".venv-llamacpp", "setup_llamacpp.sh", "llamacpp.py", needs=LLAMA_SERVER_BIN
@@ -133,9 +136,19 @@ def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list
     if peer.name.startswith("vllm"):
         from export_hf import export
 
-        bind = f"0-{args.threads - 1}" if peer.name == "vllm-bind" else "nobind"
+        bind = "nobind" if peer.name == "vllm-nobind" else f"0-{args.threads - 1}"
         model = export(dtype=args.vllm_dtype)
-        return [*common, "--model", str(model), "--bind", bind, "--dtype", args.vllm_dtype]
+        compile_ = ["--compile"] if peer.name == "vllm-compile" else []
+        return [
+            *common,
+            "--model",
+            str(model),
+            "--bind",
+            bind,
+            "--dtype",
+            args.vllm_dtype,
+            *compile_,
+        ]
     from export_hf import export_gguf_f32
 
     from worker.models.loader import bundled_model_path

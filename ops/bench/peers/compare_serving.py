@@ -1,0 +1,101 @@
+"""Side-by-side table of ``load.py`` (ours) and ``serve_load.py`` (peers) reports, same workload.
+
+    python ops/bench/peers/compare_serving.py ours=R/ours/report.json vllm=R/vllm/report.json \\
+        llama.cpp=R/llama/report.json [--out R/serving.json]
+
+For each offered rate: completed jobs/s, output tok/s and ours over the system's, and TTFT
+p50/p99 for short chats and for all jobs, with ours' chat p99 over the system's (below 1: ours
+answers chats sooner). The reports must come from the same mix, seed and job count; the
+workload totals are compared to make sure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def load_runs(path: Path) -> dict[float, dict[str, Any]]:
+    return {float(r["rate_per_s"]): r for r in json.loads(path.read_text())["runs"]}
+
+
+def row(name: str, run: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    o = run["overall"]
+    chat = run["classes"].get("chat", {}).get("ttft_s", {})
+    ours_chat = ours["classes"].get("chat", {}).get("ttft_s", {})
+    return {
+        "system": name,
+        "completed_jobs_per_s": o["completed_jobs_per_s"],
+        "output_tok_s": o["output_tok_s"],
+        "ours_tok_s_ratio": ours["overall"]["output_tok_s"] / o["output_tok_s"],
+        "chat_ttft_p50_s": chat.get("p50"),
+        "chat_ttft_p99_s": chat.get("p99"),
+        "ours_chat_p99_ratio": (
+            ours_chat["p99"] / chat["p99"] if chat.get("p99") and ours_chat.get("p99") else None
+        ),
+        "ttft_p99_s": o["ttft_s"]["p99"],
+        "tpot_p50_s": o["tpot_s"]["p50"],
+        "outcomes": o["outcomes"],
+    }
+
+
+def compare(reports: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
+    runs = {name: load_runs(path) for name, path in reports.items()}
+    if "ours" not in runs:
+        raise SystemExit("one report must be named ours")
+    table: dict[str, list[dict[str, Any]]] = {}
+    for rate, ours in sorted(runs["ours"].items()):
+        rows = []
+        for name, by_rate in runs.items():
+            run = by_rate.get(rate)
+            if run is None:
+                continue
+            if run["workload"] != ours["workload"]:
+                raise SystemExit(f"{name} at {rate:g}/s ran another workload than ours")
+            rows.append(row(name, run, ours))
+        table[f"{rate:g}"] = rows
+    return table
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def print_table(table: dict[str, list[dict[str, Any]]]) -> None:
+    print("| rate/s | system | done jobs/s | out tok/s | ours ÷ system | chat TTFT p50 s "
+          "| chat TTFT p99 s | ours chat p99 ÷ system | all TTFT p99 s | TPOT p50 s |")  # fmt: skip
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for rate, rows in table.items():
+        for r in rows:
+            print(
+                f"| {rate} | {r['system']} | {r['completed_jobs_per_s']:.3f} | "
+                f"{r['output_tok_s']:.1f} | {fmt(r['ours_tok_s_ratio'])} | "
+                f"{fmt(r['chat_ttft_p50_s'])} | {fmt(r['chat_ttft_p99_s'])} | "
+                f"{fmt(r['ours_chat_p99_ratio'])} | {fmt(r['ttft_p99_s'])} | "
+                f"{fmt(r['tpot_p50_s'], 3)} |"
+            )
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("reports", nargs="+", help="NAME=report.json; one NAME must be ours")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    reports = {}
+    for item in args.reports:
+        name, _, path = item.partition("=")
+        if not path:
+            p.error(f"expected NAME=PATH, got {item!r}")
+        reports[name] = Path(path)
+    table = compare(reports)
+    print_table(table)
+    if args.out:
+        args.out.write_text(json.dumps(table, indent=1))
+    return table
+
+
+if __name__ == "__main__":
+    main()
