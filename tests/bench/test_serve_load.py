@@ -220,6 +220,22 @@ def test_missing_venv_names_the_setup_script(monkeypatch: pytest.MonkeyPatch) ->
             sl.server_command(args, 8000, 4)
 
 
+def test_vllm_server_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No prefix cache (every rate replays the same prompts); eager unless --vllm-compile."""
+    sl = load("serve_load")
+    fake_python = tmp_path / "python"
+    fake_python.touch()
+    monkeypatch.setattr(sl, "VLLM", fake_python)
+    monkeypatch.setitem(sys.modules, "export_hf", type(sys)("export_hf"))
+    sys.modules["export_hf"].export = lambda dtype: tmp_path / "model"  # type: ignore[attr-defined]
+    for flags, eager in (([], True), (["--vllm-compile"], False)):
+        args = sl.parse_args(["--server", "vllm", "--threads", "2", *flags])
+        cmd, env = sl.server_command(args, 8000, 4)
+        assert "--no-enable-prefix-caching" in cmd
+        assert ("--enforce-eager" in cmd) is eager
+        assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+
+
 def fake_run(rate: float, tok_s: float, chat_p99_s: float, total_tokens: int) -> dict[str, Any]:
     ttft = {"p50": chat_p99_s / 2, "p90": chat_p99_s, "p99": chat_p99_s, "n": 3}
     return {
@@ -247,6 +263,11 @@ def test_compare_serving_ratios(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert ours_row["ours_tok_s_ratio"] == 1.0
     assert vllm_row["ours_tok_s_ratio"] == 1.5 and vllm_row["ours_chat_p99_ratio"] == 0.25
     assert "| 0.4 | vllm | 0.500 | 40.0 | 1.50 |" in capsys.readouterr().out
+    jobs = [{"klass": "chat", "submit_s": 1.0, "token_times_s": [1.0 + x, 9.0]} for x in (0.2, 2)]
+    for path, run in ((ours, fake_run(0.4, 60.0, 1.0, 90)), (peer, fake_run(0.4, 40.0, 4.0, 90))):
+        path.write_text(json.dumps({"runs": [{**run, "jobs": jobs}]}))
+    compare.main([f"ours={ours}", f"vllm={peer}", "--plot-dir", str(tmp_path / "plots")])
+    assert (tmp_path / "plots" / "chat_ttft_cdf_rate0p4.png").stat().st_size > 10_000
     peer.write_text(json.dumps({"runs": [fake_run(0.4, 40.0, 4.0, 91)]}))  # other work
     with pytest.raises(SystemExit, match="another workload"):
         compare.main([f"ours={ours}", f"vllm={peer}"])

@@ -60,6 +60,37 @@ def compare(reports: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
     return table
 
 
+def plot_ttft(reports: dict[str, Path], out: Path) -> list[Path]:
+    """Per rate, the CDF of each system's short-chat TTFT: one PNG per rate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {name: load_runs(path) for name, path in reports.items()}
+    written = []
+    for rate in sorted(runs["ours"]):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, by_rate in runs.items():
+            jobs = by_rate.get(rate, {}).get("jobs", [])
+            ttft = sorted(
+                j["token_times_s"][0] - j["submit_s"]
+                for j in jobs
+                if j["klass"] == "chat" and j["token_times_s"] and j["submit_s"] is not None
+            )
+            if ttft:
+                ax.step(ttft, [(i + 1) / len(ttft) for i in range(len(ttft))], label=name)
+        ax.set_xscale("log")
+        ax.set(xlabel="time to first token, s", ylabel="share of chat jobs")
+        ax.set_title(f"short chats, {rate:g} jobs/s offered")
+        ax.legend()
+        path = out / f"chat_ttft_cdf_rate{f'{rate:g}'.replace('.', 'p')}.png"
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
 def fmt(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -83,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("reports", nargs="+", help="NAME=report.json; one NAME must be ours")
     p.add_argument("--out", type=Path)
+    p.add_argument("--plot-dir", type=Path, help="write chat TTFT CDFs per rate here")
     args = p.parse_args(argv)
     reports = {}
     for item in args.reports:
@@ -94,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     print_table(table)
     if args.out:
         args.out.write_text(json.dumps(table, indent=1))
+    if args.plot_dir:
+        args.plot_dir.mkdir(parents=True, exist_ok=True)
+        for path in plot_ttft(reports, args.plot_dir):
+            print(f"wrote {path}")
     return table
 
 

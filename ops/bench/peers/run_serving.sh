@@ -21,10 +21,14 @@ common=(--rates "$RATES" --num-jobs "$NUM_JOBS" --seed "$SEED" --threads "$THREA
 "$PY" ops/bench/load.py "${common[@]}" --out-dir "$OUT/ours"
 reports=("ours=$OUT/ours/report.json")
 for server in vllm llama.cpp; do
-    if "$PY" ops/bench/peers/serve_load.py --server "$server" "${common[@]}" --out-dir "$OUT/$server"; then
+    extra=()
+    [[ "$server" == vllm ]] && extra=(--vllm-compile)  # vLLM's fastest configuration offline
+    if "$PY" ops/bench/peers/serve_load.py --server "$server" "${common[@]}" "${extra[@]}" \
+        --out-dir "$OUT/$server"; then
         reports+=("$server=$OUT/$server/report.json")
     else
         echo "$server: skipped (see above)" >&2
     fi
 done
-"$PY" ops/bench/peers/compare_serving.py "${reports[@]}" --out "$OUT/serving.json"
+"$PY" ops/bench/peers/compare_serving.py "${reports[@]}" --out "$OUT/serving.json" \
+    --plot-dir "$OUT"

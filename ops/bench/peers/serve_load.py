@@ -53,6 +53,7 @@ WARMUP_TOKENS = 4
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--server", choices=("vllm", "llama.cpp"), required=True)
+    p.add_argument("--vllm-compile", action="store_true", help="let vLLM use torch.compile")
     p.add_argument("--mix", type=Path, default=wl.DEFAULT_MIX)
     p.add_argument("--rates", default="0.1,0.2,0.4", help="offered jobs/s, comma separated")
     size = p.add_mutually_exclusive_group()
@@ -111,7 +112,14 @@ def server_command(
         cmd = [str(VLLM), "-m", "vllm.entrypoints.launchers.api_server.entry"]
         cmd += ["--model", str(export(dtype="float32")), "--dtype", "float32"]
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL_NAME]
-        cmd += ["--enforce-eager", "--seed", "0", "--disable-uvicorn-access-log"]
+        # Eager unless --vllm-compile: torch.compile was vLLM's fastest offline configuration
+        # here (run_peers.py's vllm-compile), at the price of a longer, untimed start.
+        cmd += [] if args.vllm_compile else ["--enforce-eager"]
+        cmd += ["--seed", "0", "--disable-uvicorn-access-log"]
+        # No prefix cache: every rate replays the same prompts on this one server, and cached
+        # prompts made the second rate's TTFT p99 0.64 s with 2k-token prompts in it. Ours starts
+        # a fresh worker per rate; llama.cpp's requests say cache_prompt false.
+        cmd += ["--no-enable-prefix-caching"]
         return cmd, env
     server, quantize = LLAMA_BIN / "llama-server", LLAMA_BIN / "llama-quantize"
     if not (server.exists() and quantize.exists()):
