@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -52,6 +53,21 @@ class JobRecord:
     end_s: float | None = None  # when the terminal event (or the refusal) was read
     error: str | None = None
 
+    @classmethod
+    def for_job(cls, j: Mapping[str, Any], outcome: str = "pending") -> JobRecord:
+        """The record of workload job ``j`` (a `workload.WorkloadJob` as a dict), not yet run."""
+        return cls(
+            j["job_id"],
+            j["klass"],
+            j["priority"],
+            j["tenant"],
+            len(j["prompt_token_ids"]),
+            j["max_tokens"],
+            j["cancel_after_tokens"],
+            j["arrival_s"],
+            outcome=outcome,
+        )
+
 
 class LoadClient:
     """One thread: submits what is due, reads every live stream, cancels, repeats."""
@@ -78,16 +94,7 @@ class LoadClient:
 
     def submit(self, j: dict[str, Any]) -> None:
         n = j["max_tokens"]
-        rec = JobRecord(
-            j["job_id"],
-            j["klass"],
-            j["priority"],
-            j["tenant"],
-            len(j["prompt_token_ids"]),
-            n,
-            j["cancel_after_tokens"],
-            j["arrival_s"],
-        )
+        rec = JobRecord.for_job(j)
         self.records[rec.job_id] = rec
         try:
             self.producer.submit(
@@ -155,17 +162,7 @@ class LoadClient:
             if rec.end_s is None:
                 rec.outcome = "timeout"
         for j in self.jobs[self.next_job :]:  # never submitted: the run timed out first
-            self.records[j["job_id"]] = JobRecord(
-                j["job_id"],
-                j["klass"],
-                j["priority"],
-                j["tenant"],
-                len(j["prompt_token_ids"]),
-                j["max_tokens"],
-                j["cancel_after_tokens"],
-                j["arrival_s"],
-                outcome="timeout",
-            )
+            self.records[j["job_id"]] = JobRecord.for_job(j, outcome="timeout")
 
 
 def main(argv: list[str] | None = None) -> None:

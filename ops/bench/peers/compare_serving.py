@@ -42,8 +42,10 @@ def row(name: str, run: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def compare(reports: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
-    runs = {name: load_runs(path) for name, path in reports.items()}
+Runs = dict[str, dict[float, dict[str, Any]]]  # system -> offered rate -> load.py-style run
+
+
+def compare(runs: Runs) -> dict[str, list[dict[str, Any]]]:
     if "ours" not in runs:
         raise SystemExit("one report must be named ours")
     table: dict[str, list[dict[str, Any]]] = {}
@@ -60,14 +62,13 @@ def compare(reports: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
     return table
 
 
-def plot_ttft(reports: dict[str, Path], out: Path) -> list[Path]:
+def plot_ttft(runs: Runs, out: Path) -> list[Path]:
     """Per rate, the CDF of each system's short-chat TTFT: one PNG per rate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = {name: load_runs(path) for name, path in reports.items()}
     written = []
     for rate in sorted(runs["ours"]):
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -122,13 +123,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         if not path:
             p.error(f"expected NAME=PATH, got {item!r}")
         reports[name] = Path(path)
-    table = compare(reports)
+    runs = {name: load_runs(path) for name, path in reports.items()}
+    table = compare(runs)
     print_table(table)
     if args.out:
         args.out.write_text(json.dumps(table, indent=1))
     if args.plot_dir:
         args.plot_dir.mkdir(parents=True, exist_ok=True)
-        for path in plot_ttft(reports, args.plot_dir):
+        for path in plot_ttft(runs, args.plot_dir):
             print(f"wrote {path}")
     return table
 

@@ -88,26 +88,13 @@ DIALECTS = {
 }
 
 
-def new_record(j: Mapping[str, Any]) -> JobRecord:
-    return JobRecord(
-        j["job_id"],
-        j["klass"],
-        j["priority"],
-        j["tenant"],
-        len(j["prompt_token_ids"]),
-        j["max_tokens"],
-        j["cancel_after_tokens"],
-        j["arrival_s"],
-    )
-
-
 class ServeClient:
     """Submits every job at its arrival time on its own thread; ``run`` returns the records."""
 
     def __init__(self, base_url: str, dialect: str, jobs: Sequence[Mapping[str, Any]]):
         self.dialect = DIALECTS[dialect]
         self.jobs = sorted(jobs, key=lambda j: j["arrival_s"])
-        self.records = {j["job_id"]: new_record(j) for j in self.jobs}
+        self.records = {j["job_id"]: JobRecord.for_job(j) for j in self.jobs}
         # One pooled connection per live job: a job never waits for another's connection.
         limits = httpx.Limits(max_connections=len(self.jobs) + 1, max_keepalive_connections=8)
         self.http = httpx.Client(base_url=base_url, limits=limits)
