@@ -1,4 +1,7 @@
-"""Builds and loads our C++ CPU kernels (`cpu_paged_attention.cpp`) on first use.
+"""Builds and loads our C++ CPU kernels on first use.
+
+`cpu_paged_attention.cpp` (decode attention, K/V write) and `cpu_layer_ops.cpp` (rotary, SiLU,
+residual + RMSNorm), bound to Python in `cpu_bindings.cpp`.
 
 The source is compiled for the machine it runs on (``-march=native``) by torch's extension
 builder, which caches the result under ``TORCH_EXTENSIONS_DIR`` (default
@@ -9,6 +12,7 @@ missing, `load` returns None with the reason, and callers keep the pure-torch pa
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import threading
@@ -17,14 +21,19 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("cpu_paged_attention.cpp")
-NAME = "paternoster_cpu_attention"
+_HERE = Path(__file__).parent
+SOURCES = [
+    _HERE / "cpu_bindings.cpp",
+    _HERE / "cpu_paged_attention.cpp",
+    _HERE / "cpu_layer_ops.cpp",
+]
+HEADERS = [_HERE / "cpu_ops.h"]
 # -fopenmp: at::parallel_for is inline OpenMP code compiled into this module; without the flag
 # its pragma is ignored and the kernel runs on one thread (measured: 2 threads no faster than 1).
 # The module then needs libgomp.so.1, which resolves to the copy torch has already loaded, so
 # both share one thread pool. `#pragma omp simd reduction` vectorises the dot products without
 # -ffast-math, which would also loosen exp() and the softmax's inf handling.
-CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 
 _lock = threading.Lock()
@@ -50,6 +59,15 @@ def unavailable_reason() -> str | None:
     return error if isinstance(error, str) else None
 
 
+def module_name() -> str:
+    """The extension's name, with a digest of its sources and header: torch's cache notices a
+    changed source but not a changed header, and a name per content never loads a stale build."""
+    digest = hashlib.sha256()
+    for path in (*SOURCES, *HEADERS):
+        digest.update(path.read_bytes())
+    return f"paternoster_cpu_ops_{digest.hexdigest()[:12]}"
+
+
 def _build() -> ModuleType:
     from torch.utils import cpp_extension
 
@@ -58,8 +76,8 @@ def _build() -> ModuleType:
     if not cpp_extension.is_ninja_available():
         raise RuntimeError("ninja is not installed (pip install ninja)")
     module = cpp_extension.load(
-        name=NAME,
-        sources=[str(SOURCE)],
+        name=module_name(),
+        sources=[str(source) for source in SOURCES],
         extra_cflags=CFLAGS,
         extra_ldflags=LDFLAGS,
         verbose=False,

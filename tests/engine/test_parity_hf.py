@@ -66,7 +66,9 @@ def hf_runs() -> list[HFRun]:
     return runs
 
 
-def run_engine(backend: str, prompts: list[str]) -> tuple[LLMEngine, dict[str, list[int]]]:
+def run_engine(
+    backend: str, prompts: list[str], max_tokens: int = MAX_NEW_TOKENS
+) -> tuple[LLMEngine, dict[str, list[int]]]:
     engine = LLMEngine(
         EngineConfig(
             attention_backend=backend,  # type: ignore[arg-type]
@@ -74,7 +76,7 @@ def run_engine(backend: str, prompts: list[str]) -> tuple[LLMEngine, dict[str, l
             scheduler=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=32),
         )
     )
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     tokens: dict[str, list[int]] = {}
     # Three arrive at once, then one more every second step, joining the running batch.
     arrival = {i: 0 if i < 3 else 2 * (i - 2) for i in range(len(prompts))}
@@ -89,21 +91,26 @@ def run_engine(backend: str, prompts: list[str]) -> tuple[LLMEngine, dict[str, l
     return engine, tokens
 
 
-def assert_parity(ours: list[int], hf: HFRun, label: str) -> str:
+def assert_parity(ours: list[int], hf: HFRun, label: str, max_tokens: int = MAX_NEW_TOKENS) -> str:
+    """Ours equals HF's first ``max_tokens`` tokens, up to a near-tie that may then diverge."""
     for i, (a, b) in enumerate(zip(ours, hf.tokens, strict=False)):
         if a != b:
             top2 = hf.logits[i].topk(2).values
             gap = float(top2[0] - top2[1])
             assert gap < TIE, f"{label}: token {i} differs ({a} vs HF {b}), HF top-2 gap {gap:.2e}"
             return f"tie at token {i} (gap {gap:.1e})"
-    assert ours == hf.tokens, f"{label}: lengths differ: {len(ours)} vs {len(hf.tokens)}"
+    expected = hf.tokens[:max_tokens]
+    assert ours == expected, f"{label}: {len(ours)} tokens vs HF's {len(expected)}"
     return "exact"
 
 
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
 def test_greedy_parity_in_one_continuous_batch_with_chunking_and_preemption(
-    hf_runs: list[HFRun],
+    hf_runs: list[HFRun], backend: str
 ) -> None:
-    engine, tokens = run_engine("torch", PROMPTS)
+    """Through torch's path, and through our C++ kernels (attention and fused layer ops)."""
+    engine, tokens = run_engine(backend, PROMPTS)
+    assert (engine.num_fused_modules > 0) == (backend == "cpu")
     longest = max(len(engine.encode(p)) for p in PROMPTS)
     assert longest > 32, "a prompt must be longer than the step budget to force chunked prefill"
     assert engine.scheduler.num_preemptions >= 1
@@ -119,7 +126,10 @@ def test_greedy_parity_in_one_continuous_batch_with_chunking_and_preemption(
     os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU"
 )
 def test_greedy_parity_with_the_triton_backend_under_the_interpreter(hf_runs: list[HFRun]) -> None:
-    subset = [1, 3, 5]
-    _, tokens = run_engine("triton", [PROMPTS[i] for i in subset])
+    # The interpreter runs each kernel in Python, 30 layers per step: 3 prompts x 20 tokens took
+    # 106 s of CI. Two short prompts and 8 tokens still run the prefill and decode kernels;
+    # chunked prefill under the interpreter is `tests/kernels`' and the backend tests' job.
+    subset = [1, 3]
+    _, tokens = run_engine("triton", [PROMPTS[i] for i in subset], max_tokens=8)
     for j, i in enumerate(subset):
-        assert_parity(tokens[f"p{j}"], hf_runs[i], PROMPTS[i][:20])
+        assert_parity(tokens[f"p{j}"], hf_runs[i], PROMPTS[i][:20], max_tokens=8)

@@ -9,10 +9,13 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from worker.attention.backend import BackendName
+from worker.attention.cpu_backend import CpuAttentionBackend
 from worker.engine.config import CacheConfig, EngineConfig
 from worker.engine.model_runner import ModelRunner
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.models.config import ModelConfig, UnsupportedModelError
+from worker.models.cpu_kernels import use_cpu_kernels
 from worker.models.loader import load_model
 
 BASE: dict[str, Any] = dict(
@@ -59,14 +62,19 @@ def save_tiny(tmp: Path, family: str) -> Path:
     return tmp
 
 
+@pytest.mark.parametrize("backend", ["torch", "cpu"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_packed_paged_forward_matches_transformers(tmp_path: Path, family: str) -> None:
+def test_packed_paged_forward_matches_transformers(
+    tmp_path: Path, family: str, backend: BackendName
+) -> None:
+    """Through torch's path, and through our C++ kernels (attention and the fused layer ops)."""
     model_dir = save_tiny(tmp_path, family)
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ours = load_model(model_dir, torch.float32, torch.device("cpu"))
-    runner = ModelRunner(
-        EngineConfig(cache=CacheConfig(block_size=4, num_blocks=40)), ours, torch.device("cpu")
-    )
+    config = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=40), attention_backend=backend)
+    runner = ModelRunner(config, ours, torch.device("cpu"))
+    if isinstance(runner.backend, CpuAttentionBackend):
+        assert use_cpu_kernels(ours, runner.backend.ops) >= 9  # qwen3 adds q/k norms
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 97, (n,), generator=gen).tolist() for n in (1, 9, 23)]
     # Scattered, non-contiguous block tables.

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from worker.attention.cpu_backend import CpuAttentionBackend
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig
 from worker.engine.detokenizer import IncrementalDetokenizer
@@ -32,6 +33,7 @@ from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.wait_reasons import WaitInfo
+from worker.models.cpu_kernels import use_cpu_kernels
 from worker.models.cpu_linear import pack_linears
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
@@ -52,6 +54,11 @@ class LLMEngine:
         self.num_packed_linears = pack_linears(model, config.linear_backend)
         self.model_config = model.config
         self.runner = ModelRunner(config, model, self.device)
+        # The C++ layer kernels come with the C++ attention backend: one build, one switch.
+        backend = self.runner.backend
+        self.num_fused_modules = use_cpu_kernels(
+            model, backend.ops if isinstance(backend, CpuAttentionBackend) else None
+        )
         self.block_manager = BlockManager(
             self.runner.num_blocks,
             config.cache.block_size,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -10,10 +12,24 @@ from worker.models.config import RopeConfig
 
 
 class RMSNorm(nn.Module):
+    # Our C++ kernels (`kernels/cpu_ops.py`) where `use_cpu_kernels` attached them, else None.
+    cpu_ops: ModuleType | None = None
+
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+
+    def add_forward(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(x + residual), x + residual)``; the C++ kernel writes both in place (one pass
+        over the row instead of an add, a norm and two new tensors)."""
+        if self.cpu_ops is not None and x.is_contiguous() and x.dtype == torch.float32:
+            self.cpu_ops.add_rms_norm_(x, residual, self.weight, self.eps)
+            return x, residual
+        residual = x + residual
+        return self(residual), residual
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in float32 whatever the activation dtype: bf16's 8-bit mantissa loses the
@@ -66,6 +82,8 @@ def rotate(x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch
 class SwiGLU(nn.Module):
     """``down(silu(gate(x)) * up(x))`` with gate and up fused into one matmul."""
 
+    cpu_ops: ModuleType | None = None  # as `RMSNorm.cpu_ops`
+
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
         super().__init__()
         self.intermediate_size = intermediate_size
@@ -73,5 +91,8 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if self.cpu_ops is not None and gate_up.dtype == torch.float32:
+            return self.down_proj(self.cpu_ops.silu_and_mul(gate_up))
+        gate, up = gate_up.split(self.intermediate_size, dim=-1)
         return self.down_proj(F.silu(gate) * up)

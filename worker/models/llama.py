@@ -8,6 +8,7 @@ Every forward runs one packed step: all scheduled tokens of all sequences concat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -29,6 +30,8 @@ class StepContext:
 
 
 class Attention(nn.Module):
+    cpu_ops: ModuleType | None = None  # as `RMSNorm.cpu_ops`: rotary in place
+
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         self.layer_index = layer_index
@@ -60,7 +63,12 @@ class Attention(nn.Module):
             # q and k are adjacent in the fused projection: rotate them as one (T, Hq + Hkv, D)
             # view, half the elementwise calls of rotating each (60 fewer per step at 30 layers).
             qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, -1, self.head_size)
-            q, k = rotate(qk, cos_sin).split([self.num_q_heads, self.num_kv_heads], 1)
+            if self.cpu_ops is not None and qkv.dtype == torch.float32:
+                # In place: q and k stay strided views of qkv; the backends take strided rows.
+                self.cpu_ops.rotary_(qk, *cos_sin)
+            else:
+                qk = rotate(qk, cos_sin)
+            q, k = qk.split([self.num_q_heads, self.num_kv_heads], 1)
         k_cache, v_cache = ctx.kv_caches[self.layer_index]
         out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.meta, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
@@ -74,9 +82,17 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, hidden: torch.Tensor, cos_sin: CosSin, ctx: StepContext) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos_sin, ctx)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    def forward(
+        self, hidden: torch.Tensor, residual: torch.Tensor | None, cos_sin: CosSin, ctx: StepContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mlp output, residual stream)``: the caller adds the two, fused into the next norm."""
+        if residual is None:
+            residual, hidden = hidden, self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm.add_forward(hidden, residual)
+        hidden = self.self_attn(hidden, cos_sin, ctx)
+        hidden, residual = self.post_attention_layernorm.add_forward(hidden, residual)
+        return self.mlp(hidden), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -99,9 +115,12 @@ class LlamaForCausalLM(nn.Module):
         """``input_ids``/``positions`` ``(T,)`` -> final hidden states ``(T, hidden)``."""
         hidden = self.embed_tokens(input_ids)
         cos_sin = self.rotary.lookup(positions)
+        residual: torch.Tensor | None = None
         for layer in self.layers:
-            hidden = layer(hidden, cos_sin, ctx)
-        return self.norm(hidden)
+            hidden, residual = layer(hidden, residual, cos_sin, ctx)
+        if residual is None:  # a model without layers
+            return self.norm(hidden)
+        return self.norm.add_forward(hidden, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits in float32 for the rows that sample this step (not every prompt token)."""

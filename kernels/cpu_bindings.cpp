@@ -1,0 +1,18 @@
+// Python bindings of our C++ CPU kernels (kernels/cpu_ops.py builds and loads them). Only this
+// file includes torch/extension.h (pybind11 and all of torch's headers), which is most of the
+// compile time; the kernel sources include ATen's core headers only.
+
+#include <torch/extension.h>
+
+#include "cpu_ops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    using namespace paternoster;
+    m.def("paged_decode_attention", &paged_decode_attention,
+          "Paged decode attention of one query per sequence into out (float32)");
+    m.def("write_kv", &write_kv, "Write key/value rows into the paged caches at slot_mapping");
+    m.def("rotary_", &rotary_, "Rotate-half rotary embedding of x (tokens, heads, D) in place");
+    m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up of gate_up (tokens, 2 I) -> (tokens, I)");
+    m.def("add_rms_norm_", &add_rms_norm_,
+          "residual += x, then x = rms_norm(residual) * weight, both in place");
+}
