@@ -52,3 +52,21 @@ def test_prefix_cache_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
     report = bench.main(args)
     off, on = report["runs"]["off"], report["runs"]["on"]
     assert on["prompt_tokens_computed"] < off["prompt_tokens_computed"]
+
+
+def test_cpu_kernels_bench_tiny(tmp_path: Path) -> None:
+    """`cpu_kernels.py` checks every kernel against torch before timing it, and reports both."""
+    bench = load("cpu_kernels")
+    out = tmp_path / "cpu_kernels.json"
+    args = ["--tokens", "3", "--contexts", "40", "--layers", "2", "--repeats", "1"]
+    report = bench.main([*args, "--calls", "1", "--threads", str(torch.get_num_threads())])
+    assert out.exists() is False  # no --out: nothing written
+    bench.main([*args, "--calls", "1", "--out", str(out)])
+    assert out.exists()
+    attention = report["decode_attention"]["3x40"]
+    assert attention["ours_us"] > 0 and attention["torch_us"] > 0 and attention["ours_kv_gb_s"] > 0
+    assert set(report["layer_ops"]) == {
+        f"{name}@3" for name in ("rotary", "silu_and_mul", "add_rms_norm", "write_kv")
+    }
+    for result in report["layer_ops"].values():
+        assert result["speedup"] == result["torch_us"] / result["ours_us"] > 0
