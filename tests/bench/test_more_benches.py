@@ -70,3 +70,16 @@ def test_cpu_kernels_bench_tiny(tmp_path: Path) -> None:
     }
     for result in report["layer_ops"].values():
         assert result["speedup"] == result["torch_us"] / result["ours_us"] > 0
+
+
+def test_cpu_linear_bench_tiny(tmp_path: Path) -> None:
+    bench = load("cpu_linear")
+    out = tmp_path / "cpu_linear.json"
+    args = ["--rows", "1", "3", "--layers", "1", "--repeats", "1", "--out", str(out)]
+    report = bench.main([*args, "--threads", str(torch.get_num_threads())])
+    assert report["weight_bytes"] == 4 * (576 * 960 + 576 * 576 + 576 * 3072 + 1536 * 576)
+    assert set(report["rows"]) == {1, 3}
+    for result in report["rows"].values():
+        assert result["onednn_ms"] > 0 and result["torch_ms"] > 0
+        assert result["onednn_gflop_s"] > 0 and result["onednn_weight_gb_s"] > 0
+    assert out.exists()
