@@ -17,13 +17,6 @@
 namespace paternoster {
 namespace {
 
-void check_float(const at::Tensor& t, const char* name, int64_t dim) {
-    TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
-    TORCH_CHECK(t.scalar_type() == at::kFloat, name, " has dtype ", t.scalar_type(),
-                ", expected float32");
-    TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, has ", t.dim());
-}
-
 // Rows per task: about 16k floats, so a 32-row decode step stays on one thread (waking the
 // pool costs more than the work) and a 512-token prefill chunk splits over all of them.
 int64_t grain_rows(int64_t row_floats) { return std::max<int64_t>(1, 16384 / row_floats); }
@@ -31,9 +24,7 @@ int64_t grain_rows(int64_t row_floats) { return std::max<int64_t>(1, 16384 / row
 }  // namespace
 
 void rotary_(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin) {
-    check_float(x, "x", 3);
-    TORCH_CHECK(x.stride(2) == 1 && x.stride(1) == x.size(2),
-                "x must have contiguous heads within each row");
+    check_rows(x, "x");
     TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
                 "cos and sin must be float32");
     TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous(), "cos and sin must be contiguous");
@@ -64,7 +55,7 @@ void rotary_(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin) {
 }
 
 at::Tensor silu_and_mul(const at::Tensor& gate_up) {
-    check_float(gate_up, "gate_up", 2);
+    check(gate_up, "gate_up", at::kFloat, 2);
     TORCH_CHECK(gate_up.stride(1) == 1, "gate_up rows must be contiguous");
     TORCH_CHECK(gate_up.size(1) % 2 == 0, "gate_up must hold gate and up halves");
     const int64_t tokens = gate_up.size(0), width = gate_up.size(1) / 2;
@@ -85,9 +76,9 @@ at::Tensor silu_and_mul(const at::Tensor& gate_up) {
 }
 
 void add_rms_norm_(at::Tensor x, at::Tensor residual, const at::Tensor& weight, double eps) {
-    check_float(x, "x", 2);
-    check_float(residual, "residual", 2);
-    check_float(weight, "weight", 1);
+    check(x, "x", at::kFloat, 2);
+    check(residual, "residual", at::kFloat, 2);
+    check(weight, "weight", at::kFloat, 1);
     TORCH_CHECK(x.is_contiguous() && residual.is_contiguous() && weight.is_contiguous(),
                 "x, residual and weight must be contiguous");
     TORCH_CHECK(x.sizes() == residual.sizes(), "x and residual differ in shape");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <cmath>
 #include <cstdint>
@@ -23,6 +24,22 @@ void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor k_cache
 void rotary_(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin);
 at::Tensor silu_and_mul(const at::Tensor& gate_up);
 void add_rms_norm_(at::Tensor x, at::Tensor residual, const at::Tensor& weight, double eps);
+
+// The checks every kernel makes of its arguments, with the argument's name in the message.
+inline void check(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t dim) {
+    TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
+    TORCH_CHECK(t.scalar_type() == dtype, name, " has dtype ", t.scalar_type(), ", expected ",
+                dtype);
+    TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, has ", t.dim());
+}
+
+// Float32 (rows, heads, head_size) whose rows may be strided (views into the fused qkv
+// projection) but whose heads and elements within a row must not be.
+inline void check_rows(const at::Tensor& t, const char* name) {
+    check(t, name, at::kFloat, 3);
+    TORCH_CHECK(t.stride(2) == 1 && t.stride(1) == t.size(2),
+                name, " must have contiguous heads within each row");
+}
 
 // exp(x) for float, written so that `#pragma omp simd` loops vectorise it (std::exp does not
 // without -ffast-math, which would also loosen the rest of the code). Cephes' expf: x = n ln2 + r

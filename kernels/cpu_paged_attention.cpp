@@ -150,20 +150,6 @@ void attend_one(const float* q, const float* k_cache, const float* v_cache, cons
     }
 }
 
-void check(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t dim) {
-    TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
-    TORCH_CHECK(t.scalar_type() == dtype, name, " has dtype ", t.scalar_type(), ", expected ",
-                dtype);
-    TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, has ", t.dim());
-}
-
-// Rows of (rows, heads, head_size) may be strided; within a row, heads and elements must not.
-void check_rows(const at::Tensor& t, const char* name) {
-    check(t, name, at::kFloat, 3);
-    TORCH_CHECK(t.stride(2) == 1 && t.stride(1) == t.size(2),
-                name, " must have contiguous heads within each row");
-}
-
 void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
     check(k_cache, "k_cache", at::kFloat, 4);
     check(v_cache, "v_cache", at::kFloat, 4);

@@ -73,7 +73,5 @@ def _float_rows(*tensors: torch.Tensor) -> bool:
     """Float32, with heads and elements contiguous within each row: what the kernels take. Rows
     themselves may be strided (q, k and v are views into the fused qkv projection)."""
     return all(
-        t.dtype == torch.float32
-        and (t.dim() < 3 or (t.stride(2) == 1 and t.stride(1) == t.shape[2]))
-        for t in tensors
+        t.dtype == torch.float32 and t.stride(2) == 1 and t.stride(1) == t.shape[2] for t in tensors
     )

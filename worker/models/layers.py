@@ -25,7 +25,7 @@ class RMSNorm(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(norm(x + residual), x + residual)``; the C++ kernel writes both in place (one pass
         over the row instead of an add, a norm and two new tensors)."""
-        if self.cpu_ops is not None and x.is_contiguous() and x.dtype == torch.float32:
+        if self.cpu_ops is not None and _fusable(x) and _fusable(residual):
             self.cpu_ops.add_rms_norm_(x, residual, self.weight, self.eps)
             return x, residual
         residual = x + residual
@@ -42,6 +42,11 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(dtype)
+
+
+def _fusable(x: torch.Tensor) -> bool:
+    """What `add_rms_norm_` takes; anything else keeps the torch path instead of raising."""
+    return x.dtype == torch.float32 and x.is_contiguous()
 
 
 class RotaryEmbedding(nn.Module):
