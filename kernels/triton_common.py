@@ -154,7 +154,7 @@ def load_kv_tile(
     PAGE_SIZE: tl.constexpr,
     DOT_FP32: tl.constexpr,
 ):
-    """K and V ``(N, D)`` of one KV head at positions ``pos``, and the cache dtype.
+    """K and V ``(N, D)`` of one KV head at positions ``pos``.
 
     A per-token page lookup, so a tile may span pages of any size (4..32 tokens tested). Shared by
     the decode and prefill kernels so both read the paged layout the same way.
@@ -164,8 +164,10 @@ def load_kv_tile(
     kv_mask = n_mask[:, None] & d_mask[None, :]
     k = tl.load(k_cache_ptr + kv_offs[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(v_cache_ptr + kv_offs[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-    cache_dtype = v.dtype
     if DOT_FP32:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
-    return k, v, cache_dtype
+    # Only tensors may leave a compiled helper: returning the cache's tl.dtype too ran under the
+    # interpreter but failed to compile on CUDA (Triton 3.6, H200). Callers read the dtype off
+    # the cache pointer instead.
+    return k, v

@@ -107,7 +107,7 @@ def _paged_decode_kernel(
     for tile in range(start, end, BLOCK_N):
         pos = tile + offs_n
         n_mask = pos < end
-        k, v, p_dtype = load_kv_tile(
+        k, v = load_kv_tile(
             k_cache_ptr,
             v_cache_ptr,
             table,
@@ -129,7 +129,7 @@ def _paged_decode_kernel(
         p = tl.exp2(s - m_new[:, None])
         denom = denom * alpha + tl.sum(p, 1)
         # p is rounded to the K/V dtype for a tensor-core dot, as in FlashAttention.
-        p_dot = p.to(p_dtype).to(v.dtype)
+        p_dot = p.to(v_cache_ptr.dtype.element_ty).to(v.dtype)
         acc = acc * alpha[:, None] + tl.dot(p_dot, v, input_precision=DOT_PRECISION)
         m = m_new
 

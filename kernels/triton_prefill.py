@@ -96,7 +96,7 @@ def _paged_prefill_kernel(
     for kv_start in range(0, kv_end, BLOCK_N):
         pos = kv_start + offs_n
         n_mask = pos < kv_end
-        k, v, p_dtype = load_kv_tile(
+        k, v = load_kv_tile(
             k_cache_ptr,
             v_cache_ptr,
             table,
@@ -119,7 +119,7 @@ def _paged_prefill_kernel(
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
         denom = denom * alpha + tl.sum(p, 1)
-        p_dot = p.to(p_dtype).to(v.dtype)
+        p_dot = p.to(v_cache_ptr.dtype.element_ty).to(v.dtype)
         acc = acc * alpha[:, None] + tl.dot(p_dot, v, input_precision=DOT_PRECISION)
         m = m_new
 

@@ -3,6 +3,7 @@
     python ops/bench/engine.py --out results/engine.json        # 64 requests, ~16k in, ~8.7k out
     python ops/bench/engine.py --num-requests 6 --scale 0.1     # smoke test: under 2 min, 2 cores
     python ops/bench/engine.py --systems ours,hf-cb --hf-sequential
+    python ops/bench/engine.py --device cuda --model DIR --kv-cache-bytes 8e9   # GPU, bf16
 
 Every system runs the same requests (random token ids, forced output lengths, greedy) one after
 another in this process, on the same fp32 weights and torch thread count:
@@ -22,7 +23,8 @@ Every system's output lengths are checked against the forced lengths.
 Throughput counts useful tokens only (the workload's prompt and forced output tokens), so every
 system is measured on the same work. Model FLOPs of that work: ``2 * non-embedding params`` per
 processed token, ``2 * vocab * hidden`` per sampled token, plus ``4 * layers * q_heads *
-head_size * context`` of attention per processed token; shown against a measured fp32 matmul.
+head_size * context`` of attention per processed token; shown against a measured matmul in the
+same dtype.
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ from worker.models.config import ModelConfig
 from worker.models.loader import load_tokenizer, resolve_model_dir
 
 # ours-bf16: our engine with bf16 weights and KV (AVX512-BF16 CPUs run bf16 GEMMs at ~2x fp32).
+# "ours" and the HF peers take --dtype: fp32 on the CPU, bf16 on CUDA unless told otherwise.
 SYSTEMS = ("ours", "ours-bf16", "hf-static", "hf-cb", "hf-seq")
-OUR_DTYPES = {"ours": "float32", "ours-bf16": "bfloat16"}
+OUR_DTYPES = {"ours-bf16": "bfloat16"}
+DEFAULT_DTYPE = {"cpu": "float32", "cuda": "bfloat16"}
 DEFAULT_SYSTEMS = "ours,hf-static,hf-cb"
 MATMUL_N = 2048
 PARITY_REQUESTS = 8
@@ -204,14 +208,19 @@ def useful_flops(mc: ModelConfig, workload: Sequence[BenchRequest]) -> dict[str,
     }
 
 
-def matmul_gflops(n: int = MATMUL_N, reps: int = 5, dtype: torch.dtype = torch.float32) -> float:
-    """``n^3`` matmul, median of ``reps`` after one warm-up: the CPU's practical ceiling."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def matmul_gflops(
+    n: int = MATMUL_N, reps: int = 5, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> float:
+    """``n^3`` matmul, median of ``reps`` after one warm-up: the device's practical ceiling."""
+    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch.matmul(a, b)
+    sync()
     times = []
     for _ in range(reps):
         start = time.perf_counter()
         torch.matmul(a, b)
+        sync()
         times.append(time.perf_counter() - start)
     return 2 * n**3 / statistics.median(times) / 1e9
 
@@ -232,8 +241,8 @@ def run_ours(
     engine = LLMEngine(
         EngineConfig(
             model=str(args.model_dir),
-            device="cpu",
-            dtype=OUR_DTYPES[name],  # type: ignore[arg-type]
+            device=args.device,
+            dtype=OUR_DTYPES.get(name, args.dtype),  # type: ignore[arg-type]
             num_threads=args.threads,
             cache=CacheConfig(memory_bytes=args.kv_cache_bytes),
             scheduler=SchedulerConfig(
@@ -277,12 +286,13 @@ def run_ours(
     return SystemResult(name, wall, outputs, extra)
 
 
-def load_hf(model_dir: Path) -> Any:
+def load_hf(model_dir: Path, dtype: str = "float32", device: str = "cpu") -> Any:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
-        str(model_dir), dtype=torch.float32, attn_implementation="sdpa"
-    ).eval()
+        str(model_dir), dtype=getattr(torch, dtype), attn_implementation="sdpa"
+    )
+    model = model.to(device).eval()
     # No EOS: nothing stops early and no logit is masked, as with our ignore_eos. (Keeping EOS
     # and forcing min_new_tokens would mask it, so greedy picks would differ from ours at EOS.)
     model.generation_config.eos_token_id = None
@@ -303,6 +313,7 @@ def hf_generate(model: Any, prompts: Sequence[Sequence[int]], length: int) -> li
     """Greedy, exactly ``length`` new tokens for each prompt of one left-padded batch."""
     pad = model.generation_config.pad_token_id
     ids, mask = left_padded(prompts, 0 if pad is None else int(pad))
+    ids, mask = ids.to(model.device), mask.to(model.device)
     with torch.inference_mode():
         out = model.generate(
             input_ids=ids,
@@ -352,7 +363,8 @@ def hf_cb_configs(args: argparse.Namespace, model: Any, max_output: int) -> tupl
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
     mc = ModelConfig.from_dir(args.model_dir)
-    block_bytes = mc.kv_bytes_per_token * 4 * args.hf_cb_page_size  # fp32
+    itemsize = getattr(torch, args.dtype).itemsize
+    block_bytes = mc.kv_bytes_per_token * itemsize * args.hf_cb_page_size
     cb = ContinuousBatchingConfig(
         page_size=args.hf_cb_page_size,
         num_blocks=max(1, args.kv_cache_bytes // block_bytes),  # the same KV bytes as ours
@@ -474,8 +486,9 @@ def summarize(
 def print_table(report: dict[str, Any]) -> None:
     t, env = report["workload"], report["environment"]
     print(
-        f"\n{env['cpu_model']}  torch {env['torch']}  {env['threads']} threads  "
-        f"fp32 matmul {report['matmul_gflop_s']:.1f} GFLOP/s  "
+        f"\n{env['cpu_model']}  {env.get('device', 'cpu')}  torch {env['torch']}  "
+        f"{env['threads']} threads  "
+        f"{report['config']['dtype']} matmul {report['matmul_gflop_s']:.1f} GFLOP/s  "
         f"bf16 matmul {report.get('matmul_bf16_gflop_s', 0.0):.1f} GFLOP/s  "
         f"load avg {env['loadavg_start']}"
     )
@@ -505,7 +518,7 @@ def print_table(report: dict[str, Any]) -> None:
         )
 
 
-def environment(threads: int) -> dict[str, Any]:
+def environment(threads: int, device: str) -> dict[str, Any]:
     import transformers
 
     cpu = "unknown"
@@ -517,6 +530,7 @@ def environment(threads: int) -> dict[str, Any]:
     return {
         "cpu_model": cpu,
         "cpu_count": os.cpu_count(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "threads": threads,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -533,13 +547,22 @@ def environment(threads: int) -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="HF directory or .gguf; default the bundled SmolLM2-135M")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        help="weights and KV of ours and the HF peers; default float32 on cpu, bfloat16 on cuda",
+    )
+    p.add_argument(
+        "--keep-going", action="store_true", help="record a failing system and run the rest"
+    )
     p.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"comma list of {', '.join(SYSTEMS)}")
     p.add_argument("--hf-sequential", action="store_true", help="also run hf-seq")
     p.add_argument("--num-requests", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every length range")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    p.add_argument("--kv-cache-bytes", type=int, default=DEFAULT_CPU_KV_BYTES)
+    p.add_argument("--kv-cache-bytes", type=lambda v: int(float(v)), default=DEFAULT_CPU_KV_BYTES)
     p.add_argument("--max-num-seqs", type=int, default=SchedulerConfig.max_num_seqs)
     p.add_argument(
         "--max-num-batched-tokens", type=int, default=SchedulerConfig.max_num_batched_tokens
@@ -554,6 +577,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    args.dtype = args.dtype or DEFAULT_DTYPE[args.device]
     if args.hf_sequential and "hf-seq" not in args.systems:
         args.systems.append("hf-seq")
     unknown = set(args.systems) - set(SYSTEMS)
@@ -604,14 +628,22 @@ def run_systems(
     hf_model: Any = None
     for name in args.systems:
         print(f"running {name} ...", flush=True)
-        if name in OUR_DTYPES:
-            run = functools.partial(run_ours, args, workload, warm, name)
+        try:
+            if name in HF_RUNNERS:
+                if hf_model is None:
+                    hf_model = load_hf(args.model_dir, args.dtype, args.device)
+                run = functools.partial(HF_RUNNERS[name], args, hf_model, workload, warm)
+            else:
+                run = functools.partial(run_ours, args, workload, warm, name)
             results[name] = in_worker_thread(run)
-        else:
-            hf_model = hf_model if hf_model is not None else load_hf(args.model_dir)
-            run = functools.partial(HF_RUNNERS[name], args, hf_model, workload, warm)
-            results[name] = in_worker_thread(run)
-        check_lengths(results[name], workload)
+            check_lengths(results[name], workload)
+        except Exception as e:
+            if not args.keep_going:
+                raise
+            args.failed[name] = f"{type(e).__name__}: {e}"
+            print(f"  {name} FAILED: {args.failed[name]}", flush=True)
+            results.pop(name, None)
+            continue
         gc.collect()  # drop our engine's KV pool before the next system allocates its own
         print(f"  {name}: {results[name].wall_s:.2f} s", flush=True)
     return results
@@ -619,6 +651,7 @@ def run_systems(
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    args.failed = {}
     torch.set_num_threads(args.threads)  # every peer, in this process and its CB thread
     torch.manual_seed(args.seed)
     args.model_dir = resolve_model_dir(args.model)
@@ -631,10 +664,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"{totals['prompt_tokens']} prompt + {totals['output_tokens']} output tokens",
         flush=True,
     )
-    env = environment(args.threads)
-    ceiling = matmul_gflops()
-    # bf16 systems are held against the bf16 ceiling, fp32 ones against fp32's.
-    ceiling_bf16 = matmul_gflops(dtype=torch.bfloat16) if "ours-bf16" in args.systems else 0.0
+    env = environment(args.threads, args.device)
+    # Each system is held against a matmul in its own dtype (n = 8192 fills an H200; 2048 a CPU).
+    n = 8192 if args.device == "cuda" else MATMUL_N
+    ceiling = matmul_gflops(n, dtype=getattr(torch, args.dtype), device=args.device)
+    ceiling_bf16 = 0.0
+    if "ours-bf16" in args.systems:
+        ceiling_bf16 = matmul_gflops(n, dtype=torch.bfloat16, device=args.device)
     flops = useful_flops(mc, workload)
     results = run_systems(args, workload, warmup_prompt(token_ids))
     systems = {
@@ -649,7 +685,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for name, r in results.items()
         if name != "ours" and "ours" in results
     }
-    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    config = {
+        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "failed"
+    }
     report = {
         "config": config,
         "environment": env,
@@ -662,6 +700,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "non_embedding_params": non_embedding_params(mc),
         "systems": systems,
         "parity_vs_ours": parity_report,
+        "failed": args.failed,
     }
     report = json.loads(json.dumps(report))  # what --out holds: tuples become lists
     print_table(report)

@@ -218,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 configs.append({"batch": batch, "context": ctx, "skipped": "does not fit memory"})
                 continue
             configs.append(run_config(batch, ctx, dtype, device, ceiling))
+            print(json.dumps(configs[-1]), flush=True)  # a killed run keeps what it measured
             if cuda:
                 torch.cuda.empty_cache()
     name = torch.cuda.get_device_name(device) if cuda else "cpu (Triton interpreter)"

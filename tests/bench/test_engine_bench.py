@@ -6,6 +6,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,3 +43,45 @@ def test_engine_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert report["systems"]["ours"]["steps"] > 0
     assert report["matmul_gflop_s"] > 0
     assert report["parity_vs_ours"]["hf-static"]["checked"] == 5
+
+
+def load_script(name: str) -> Any:
+    path = BENCH.parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"paternoster_bench_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_random_model_runs_and_a_failing_peer_is_recorded(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    # The GPU lease's path (ops/bench/gpu_check.sh) on the CPU: random weights in a named shape
+    # with a real tokenizer, then the engine bench with --keep-going, where one peer fails.
+    from worker.models.config import ModelConfig
+
+    model_dir = tmp_path / "model"
+    load_script("random_model").main(
+        ["--shape", "tiny", "--tokenizer", str(tiny_model_dir), "--out", str(model_dir)]
+    )
+    mc = ModelConfig.from_dir(model_dir)
+    assert (mc.num_layers, mc.hidden_size, mc.num_kv_heads) == (2, 64, 2)
+    assert mc.vocab_size == ModelConfig.from_dir(tiny_model_dir).vocab_size
+    assert (model_dir / "tokenizer.json").exists()
+
+    bench = load_script("engine")
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("peer exploded")
+
+    bench.HF_RUNNERS["hf-static"] = broken
+    args = ["--model", str(model_dir), "--systems", "ours,hf-static", "--keep-going"]
+    args += ["--num-requests", "3", "--scale", "0.05", "--dtype", "float32"]
+    args += ["--threads", str(torch.get_num_threads()), "--kv-cache-bytes", str(16 << 20)]
+    report = bench.main(args)
+    assert report["failed"] == {"hf-static": "RuntimeError: peer exploded"}
+    assert set(report["systems"]) == {"ours"}
+    assert report["systems"]["ours"]["output_tokens"] == report["workload"]["output_tokens"] > 0
+    assert report["config"]["dtype"] == "float32" and report["config"]["device"] == "cpu"

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
+
+# Where the kernels run. CI has no GPU: "cpu" runs them under Triton's interpreter. On a CUDA
+# machine, PATERNOSTER_TEST_DEVICE=cuda runs the same cases compiled (inputs are drawn on the CPU
+# from the same seeds, then moved), as ops/bench/gpu_check.sh does.
+DEVICE = torch.device(os.environ.get("PATERNOSTER_TEST_DEVICE", "cpu"))
 
 # Cache slots no sequence owns hold this value: a kernel that reads past a sequence's length (or
 # a padding block-table entry) pulls it into the softmax and misses the tolerance by orders of
@@ -33,7 +39,7 @@ class PagedKV:
     def slots(self, seq: int, start: int, end: int) -> torch.Tensor:
         """Cache slots of positions ``[start, end)`` of sequence ``seq`` (int64)."""
         block_size = self.k_cache.shape[2]
-        pos = torch.arange(start, end)
+        pos = torch.arange(start, end, device=self.block_tables.device)
         return self.block_tables[seq, pos // block_size].long() * block_size + pos % block_size
 
 
@@ -71,11 +77,16 @@ def make_paged_kv(
         kv.v_cache[blocks, :, offsets] = torch.randn(n, num_kv_heads, head_size, generator=gen).to(
             dtype
         )
-    return kv
+    return PagedKV(*(on_device(t) for t in (kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens)))
+
+
+def on_device(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the device the kernels under test run on (a no-op on the CPU)."""
+    return t.to(DEVICE)
 
 
 def query_start_loc(q_lens: list[int]) -> torch.Tensor:
-    return torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    return on_device(torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32))
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_cases import DTYPES, TOLERANCE, dtype_id, make_paged_kv, query_start_loc, rel_err
+from paged_cases import (
+    DTYPES,
+    TOLERANCE,
+    dtype_id,
+    make_paged_kv,
+    on_device,
+    query_start_loc,
+    rel_err,
+)
 
 from worker.attention.backend import get_attention_backend
 from worker.attention.metadata import AttentionMetadata
@@ -42,9 +50,10 @@ def run_step(batch: list[tuple[int, int]], num_decodes: int, dtype: torch.dtype)
         max_query_len=max(q_lens),
     )
     num_tokens = sum(q_lens)
-    q = torch.randn(num_tokens, num_kv_heads * group, head_size, generator=gen).to(dtype)
-    key = torch.randn(num_tokens, num_kv_heads, head_size, generator=gen).to(dtype)
-    value = torch.randn(num_tokens, num_kv_heads, head_size, generator=gen).to(dtype)
+    q, key, value = (
+        on_device(torch.randn(num_tokens, heads, head_size, generator=gen).to(dtype))
+        for heads in (num_kv_heads * group, num_kv_heads, num_kv_heads)
+    )
     k_ref, v_ref = kv.k_cache.clone(), kv.v_cache.clone()
     ref = TorchAttentionBackend().forward(q, key, value, k_ref, v_ref, meta, 0.125)
     out = TritonAttentionBackend().forward(q, key, value, kv.k_cache, kv.v_cache, meta, 0.125)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_cases import DTYPES, TOLERANCE, dtype_id, make_paged_kv, rel_err
+from paged_cases import DTYPES, TOLERANCE, dtype_id, make_paged_kv, on_device, rel_err
 
 from kernels import reference
 from kernels.triton_decode import choose_num_splits, paged_decode_attention, split_plan
@@ -25,7 +25,9 @@ def check_decode(
 ) -> float:
     gen = torch.Generator().manual_seed(seed)
     kv = make_paged_kv(contexts, num_kv_heads, head_size, block_size, dtype, gen)
-    q = torch.randn(len(contexts), num_kv_heads * group, head_size, generator=gen).to(dtype)
+    q = on_device(
+        torch.randn(len(contexts), num_kv_heads * group, head_size, generator=gen).to(dtype)
+    )
     scale = head_size**-0.5
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, scale)
     ref = reference.paged_decode_attention(*args)
@@ -50,7 +52,7 @@ def test_decode_matches_reference(
 def test_decode_max_seq_len_from_device_and_upper_bound() -> None:
     gen = torch.Generator().manual_seed(3)
     kv = make_paged_kv([5, 70], 1, 64, 16, torch.float32, gen)
-    q = torch.randn(2, 2, 64, generator=gen)
+    q = on_device(torch.randn(2, 2, 64, generator=gen))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
     ref = reference.paged_decode_attention(*args)
     assert rel_err(paged_decode_attention(*args), ref) < 1e-5
@@ -63,8 +65,8 @@ def test_decode_padding_rows_give_zeros(num_splits: int) -> None:
     # seq_len 0 marks a padding row (e.g. a CUDA-graph batch): zeros, not NaN (the reference's).
     gen = torch.Generator().manual_seed(4)
     kv = make_paged_kv([300, 1], 1, 64, 16, torch.float32, gen)
-    seq_lens = torch.tensor([300, 0], dtype=torch.int32)
-    q = torch.randn(2, 2, 64, generator=gen)
+    seq_lens = on_device(torch.tensor([300, 0], dtype=torch.int32))
+    q = on_device(torch.randn(2, 2, 64, generator=gen))
     out = paged_decode_attention(
         q, kv.k_cache, kv.v_cache, kv.block_tables, seq_lens, 0.125, 300, num_splits=num_splits
     )

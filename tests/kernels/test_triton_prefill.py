@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_cases import DTYPES, TOLERANCE, dtype_id, make_paged_kv, query_start_loc, rel_err
+from paged_cases import (
+    DTYPES,
+    TOLERANCE,
+    dtype_id,
+    make_paged_kv,
+    on_device,
+    query_start_loc,
+    rel_err,
+)
 
 from kernels import reference
 from kernels.triton_prefill import paged_prefill_attention
@@ -27,7 +35,9 @@ def check_prefill(
     contexts = [ctx for ctx, _ in batch]
     q_lens = [q_len for _, q_len in batch]
     kv = make_paged_kv(contexts, num_kv_heads, head_size, block_size, dtype, gen)
-    q = torch.randn(sum(q_lens), num_kv_heads * group, head_size, generator=gen).to(dtype)
+    q = on_device(
+        torch.randn(sum(q_lens), num_kv_heads * group, head_size, generator=gen).to(dtype)
+    )
     qsl = query_start_loc(q_lens)
     scale = head_size**-0.5
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, qsl, scale)
@@ -52,7 +62,7 @@ def test_prefill_matches_reference(
 def test_prefill_max_query_len_from_device() -> None:
     gen = torch.Generator().manual_seed(5)
     kv = make_paged_kv([9, 40], 1, 64, 8, torch.float32, gen)
-    q = torch.randn(3 + 40, 2, 64, generator=gen)
+    q = on_device(torch.randn(3 + 40, 2, 64, generator=gen))
     args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, query_start_loc([3, 40]))
     ref = reference.paged_prefill_attention(*args, 0.125)
     assert rel_err(paged_prefill_attention(*args, 0.125), ref) < 1e-5

@@ -1,0 +1,114 @@
+"""Write a Hugging Face Llama directory with random weights in a named shape, for benchmarks.
+
+    python ops/bench/random_model.py --shape llama-3.2-1b --tokenizer DIR --out /tmp/llama-1b
+
+Throughput does not depend on what the weights say, and a lent GPU machine cannot reach a hub, so
+GPU benchmarks run on random weights of a real model's shape. Only the tokenizer files travel (a
+few MB): the vocabulary is the tokenizer's, so workloads draw real token ids. Embeddings are drawn
+from N(0, 1) as in the tests' tiny model: larger logits, fewer greedy near-ties, so a parity check
+between two systems says something.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Llama-family shapes (hidden, intermediate, layers, q heads, kv heads); the vocabulary is the
+# tokenizer's. llama-3.2-1b: 16 layers of GQA 32/8 at head size 64, 0.97 B non-embedding weights.
+SHAPES: dict[str, dict[str, Any]] = {
+    "tiny": {  # for tests: the script's path in milliseconds
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rope_theta": 10000.0,
+    },
+    "smollm2-135m": {
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "rope_theta": 100000.0,
+    },
+    "llama-3.2-1b": {
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "rope_theta": 500000.0,
+    },
+    "llama-3-8b": {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "rope_theta": 500000.0,
+    },
+}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+def write_random_model(
+    shape: str, tokenizer_dir: Path, out: Path, dtype: torch.dtype, device: str, seed: int = 0
+) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
+    source = json.loads((tokenizer_dir / "config.json").read_text())
+    config = LlamaConfig(
+        **SHAPES[shape],
+        vocab_size=source["vocab_size"],
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=source.get("bos_token_id"),
+        eos_token_id=source.get("eos_token_id"),
+        torch_dtype=str(dtype).removeprefix("torch."),
+    )
+    torch.manual_seed(seed)
+    with torch.device(device):  # initialise where it will run: a 1 B model inits in seconds
+        model = LlamaForCausalLM(config).to(dtype)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.normal_(0.0, 1.0)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        if (tokenizer_dir / name).exists():
+            shutil.copy(tokenizer_dir / name, out / name)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="llama-3.2-1b")
+    p.add_argument(
+        "--tokenizer", type=Path, required=True, help="a model dir with config.json + tokenizer"
+    )
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="bfloat16")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    out = write_random_model(
+        args.shape, args.tokenizer, args.out, getattr(torch, args.dtype), args.device, args.seed
+    )
+    size_gb = sum(f.stat().st_size for f in out.iterdir()) / 1e9
+    print(f"{args.shape}: {out} ({size_gb:.2f} GB) in {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
