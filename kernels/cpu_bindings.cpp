@@ -15,4 +15,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up of gate_up (tokens, 2 I) -> (tokens, I)");
     m.def("add_rms_norm_", &add_rms_norm_,
           "residual += x, then x = rms_norm(residual) * weight, both in place");
+    m.def("skinny_linear", &skinny_linear, "x @ weight.T + bias for few rows (float32)",
+          py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
 }

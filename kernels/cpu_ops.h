@@ -25,6 +25,10 @@ void rotary_(at::Tensor x, const at::Tensor& cos, const at::Tensor& sin);
 at::Tensor silu_and_mul(const at::Tensor& gate_up);
 void add_rms_norm_(at::Tensor x, at::Tensor residual, const at::Tensor& weight, double eps);
 
+// cpu_linear.cpp
+at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight,
+                         const c10::optional<at::Tensor>& bias);
+
 // The checks every kernel makes of its arguments, with the argument's name in the message.
 inline void check(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t dim) {
     TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");

@@ -1,7 +1,8 @@
 """Builds and loads our C++ CPU kernels on first use.
 
-`cpu_paged_attention.cpp` (decode attention, K/V write) and `cpu_layer_ops.cpp` (rotary, SiLU,
-residual + RMSNorm), bound to Python in `cpu_bindings.cpp`.
+`cpu_paged_attention.cpp` (decode attention, K/V write), `cpu_layer_ops.cpp` (rotary, SiLU,
+residual + RMSNorm) and `cpu_linear.cpp` (projections of few rows), bound to Python in
+`cpu_bindings.cpp`.
 
 The source is compiled for the machine it runs on (``-march=native``) by torch's extension
 builder, which caches the result under ``TORCH_EXTENSIONS_DIR`` (default
@@ -26,6 +27,7 @@ SOURCES = [
     _HERE / "cpu_bindings.cpp",
     _HERE / "cpu_paged_attention.cpp",
     _HERE / "cpu_layer_ops.cpp",
+    _HERE / "cpu_linear.cpp",
 ]
 HEADERS = [_HERE / "cpu_ops.h"]
 # -fopenmp: at::parallel_for is inline OpenMP code compiled into this module; without the flag

@@ -30,7 +30,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--linear-backend",
         default="auto",
         choices=["auto", "torch", "onednn"],
-        help="CPU projections: auto packs weights for oneDNN where the dtype allows",
+        help="CPU projections: auto packs weights for oneDNN where the dtype allows and runs "
+        "steps of up to 8 rows through our C++ kernel (a second copy of the weights); onednn: "
+        "oneDNN alone",
     )
     g.add_argument("--block-size", type=int, default=16)
     g.add_argument("--num-blocks", type=int, default=None, help="KV blocks (default: from memory)")

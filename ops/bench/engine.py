@@ -62,7 +62,7 @@ from worker.models.loader import load_tokenizer, resolve_model_dir
 # ours-bf16: our engine with bf16 weights and KV (AVX512-BF16 CPUs run bf16 GEMMs at ~2x fp32).
 # "ours" and the HF peers take --dtype: fp32 on the CPU, bf16 on CUDA unless told otherwise.
 SYSTEMS = ("ours", "ours-bf16", "hf-static", "hf-cb", "hf-seq")
-OUR_DTYPES = {"ours-bf16": "bfloat16"}
+OUR_DTYPES: dict[str, str | None] = {"ours": None, "ours-bf16": "bfloat16"}  # None: --dtype
 DEFAULT_DTYPE = {"cpu": "float32", "cuda": "bfloat16"}
 DEFAULT_SYSTEMS = "ours,hf-static,hf-cb"
 MATMUL_N = 2048
@@ -242,8 +242,9 @@ def run_ours(
         EngineConfig(
             model=str(args.model_dir),
             device=args.device,
-            dtype=OUR_DTYPES.get(name, args.dtype),  # type: ignore[arg-type]
+            dtype=OUR_DTYPES[name] or args.dtype,  # type: ignore[arg-type]
             num_threads=args.threads,
+            linear_backend=args.linear_backend,
             cache=CacheConfig(memory_bytes=args.kv_cache_bytes),
             scheduler=SchedulerConfig(
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens
@@ -518,7 +519,7 @@ def print_table(report: dict[str, Any]) -> None:
         )
 
 
-def environment(threads: int, device: str) -> dict[str, Any]:
+def environment(threads: int, device: str = "cpu") -> dict[str, Any]:
     import transformers
 
     cpu = "unknown"
@@ -552,6 +553,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--dtype",
         choices=("float32", "bfloat16", "float16"),
         help="weights and KV of ours and the HF peers; default float32 on cpu, bfloat16 on cuda",
+    )
+    p.add_argument(
+        "--linear-backend",
+        choices=("auto", "torch", "onednn"),
+        default="auto",
+        help="ours' CPU projections (EngineConfig.linear_backend)",
     )
     p.add_argument(
         "--keep-going", action="store_true", help="record a failing system and run the rest"

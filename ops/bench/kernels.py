@@ -5,9 +5,10 @@
 
 For each (batch, context) the script checks the Triton decode kernel against `kernels.reference`,
 then times (median) the kernel, SDPA on K/V already gathered into padded contiguous
-``(B, H, L, D)`` tensors, and gather + SDPA. Bandwidth counts the bytes a decode must move: K and
-V of every context token once per KV head, plus q and out. The ceiling is a device-to-device copy
-of a large buffer (bytes read + written over time).
+``(B, H, L, D)`` tensors, and gather + SDPA. On CUDA the kernel and SDPA are timed again as
+CUDA-graph replays, which leave out the host's launch time (``graph us``). Bandwidth counts the
+bytes a decode must move: K and V of every context token once per KV head, plus q and out. The
+ceiling is a device-to-device copy of a large buffer (bytes read + written over time).
 """
 
 from __future__ import annotations
@@ -61,6 +62,24 @@ def median_ms(fn: Callable[[], Any], cuda: bool, cpu_reps: int = 1) -> float:
     return statistics.median(times) * 1e3
 
 
+def graph_ms(fn: Callable[[], Any]) -> float:
+    """Median time of ``fn`` replayed from a CUDA graph: the GPU's time without the host's.
+
+    A small decode moves too few bytes to hide a launch from Python (a Triton launch costs more
+    host time than SDPA's C++ dispatch), so events around a plain call can time the host.
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # warm up (compile, allocate) outside the capture
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return median_ms(graph.replay, cuda=True)
+
+
 def copy_gbps(device: torch.device, nbytes: int, cuda: bool) -> float:
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
@@ -86,8 +105,9 @@ def time_sdpa(
     block_tables: torch.Tensor,
     ctx: int,
     triton_out: torch.Tensor,
-) -> tuple[float, float, float]:
-    """``(rel err vs triton_out, SDPA ms, gather + SDPA ms)``; all sequences are ``ctx`` long."""
+) -> tuple[float, float, float, float | None]:
+    """``(rel err vs triton_out, SDPA ms, gather + SDPA ms, SDPA ms from a CUDA graph)``; all
+    sequences are ``ctx`` long."""
     cuda = q.is_cuda
     q_4d = q[:, :, None]  # (B, Hq, 1, D)
     scale = q.shape[-1] ** -0.5
@@ -102,8 +122,9 @@ def time_sdpa(
     k, v = gathered_bhld(k_cache, block_tables, ctx), gathered_bhld(v_cache, block_tables, ctx)
     err = rel_err(triton_out, sdpa(k, v)[:, :, 0])
     sdpa_ms = median_ms(functools.partial(sdpa, k, v), cuda)
+    sdpa_graph_ms = graph_ms(functools.partial(sdpa, k, v)) if cuda else None
     del k, v  # the gathered copies; gather_sdpa makes its own
-    return err, sdpa_ms, median_ms(gather_sdpa, cuda)
+    return err, sdpa_ms, median_ms(gather_sdpa, cuda), sdpa_graph_ms
 
 
 def fits(batch: int, ctx: int, dtype: torch.dtype, device: torch.device) -> bool:
@@ -145,10 +166,20 @@ def run_config(
         raise AssertionError(f"batch {batch} ctx {ctx}: rel err {err:.2e} vs reference")
     num_splits = choose_num_splits(batch, NUM_KV_HEADS, ctx, num_sms(device))
     triton_ms = median_ms(lambda: paged_decode_attention(*args, out=out), cuda)
+    triton_graph_ms = graph_ms(lambda: paged_decode_attention(*args, out=out)) if cuda else None
 
-    sdpa_err, sdpa_ms, gather_sdpa_ms = time_sdpa(q, k_cache, v_cache, block_tables, ctx, out)
+    sdpa_err, sdpa_ms, gather_sdpa_ms, sdpa_graph_ms = time_sdpa(
+        q, k_cache, v_cache, block_tables, ctx, out
+    )
     nbytes = 2 * batch * ctx * NUM_KV_HEADS * HEAD_SIZE * dtype.itemsize + 2 * q.nbytes
     gbps = nbytes / triton_ms / 1e6
+    graphs = {}  # CUDA only
+    if triton_graph_ms is not None and sdpa_graph_ms is not None:
+        graphs = {
+            "triton_graph_us": triton_graph_ms * 1e3,
+            "sdpa_graph_us": sdpa_graph_ms * 1e3,
+            "graph_speedup_vs_sdpa": sdpa_graph_ms / triton_graph_ms,
+        }
     return {
         "batch": batch,
         "context": ctx,
@@ -163,6 +194,7 @@ def run_config(
         "speedup_vs_gather_sdpa": gather_sdpa_ms / triton_ms,
         "rel_err_vs_reference": err,
         "rel_err_vs_sdpa": sdpa_err,
+        **graphs,
     }
 
 
@@ -173,7 +205,8 @@ def print_table(results: dict[str, Any]) -> None:
     )
     head = (
         f"{'batch':>5} {'ctx':>6} {'split':>5} {'triton us':>10} {'GB/s':>7} {'%copy':>6} "
-        f"{'sdpa us':>9} {'g+sdpa us':>10} {'x sdpa':>7} {'x g+sdpa':>8} {'rel err':>8}"
+        f"{'sdpa us':>9} {'g+sdpa us':>10} {'x sdpa':>7} {'x g+sdpa':>8} {'rel err':>8} "
+        f"{'graph us':>9} {'sdpa gr us':>10} {'x sdpa gr':>9}"
     )
     print(head)
     for r in results["configs"]:
@@ -184,7 +217,13 @@ def print_table(results: dict[str, Any]) -> None:
             f"{r['batch']:>5} {r['context']:>6} {r['num_splits']:>5} {r['triton_us']:>10.1f} "
             f"{r['triton_gbps']:>7.0f} {r['pct_of_copy']:>6.1f} {r['sdpa_us']:>9.1f} "
             f"{r['gather_sdpa_us']:>10.1f} {r['speedup_vs_sdpa']:>7.2f} "
-            f"{r['speedup_vs_gather_sdpa']:>8.2f} {r['rel_err_vs_reference']:>8.1e}"
+            f"{r['speedup_vs_gather_sdpa']:>8.2f} {r['rel_err_vs_reference']:>8.1e} "
+            + (
+                f"{r['triton_graph_us']:>9.1f} {r['sdpa_graph_us']:>10.1f} "
+                f"{r['graph_speedup_vs_sdpa']:>9.2f}"
+                if "triton_graph_us" in r
+                else f"{'-':>9} {'-':>10} {'-':>9}"
+            )
         )
 
 

@@ -111,6 +111,12 @@ def test_greedy_parity_in_one_continuous_batch_with_chunking_and_preemption(
     """Through torch's path, and through our C++ kernels (attention and fused layer ops)."""
     engine, tokens = run_engine(backend, PROMPTS)
     assert (engine.num_fused_modules > 0) == (backend == "cpu")
+    # With our kernels, decode steps of few rows run the projections through skinny_linear.
+    skinny = [
+        m.skinny_ops is not None for m in engine.runner.model.modules() if hasattr(m, "packed")
+    ]
+    assert len(skinny) == engine.num_packed_linears > 0
+    assert all(skinny) == (backend == "cpu") and any(skinny) == (backend == "cpu")
     longest = max(len(engine.encode(p)) for p in PROMPTS)
     assert longest > 32, "a prompt must be longer than the step budget to force chunked prefill"
     assert engine.scheduler.num_preemptions >= 1

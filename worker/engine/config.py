@@ -78,8 +78,9 @@ class EngineConfig:
     device: str = "auto"  # auto: cuda when available, else cpu
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: fp32 CPU, bf16 CUDA
     attention_backend: Literal["auto", "torch", "cpu", "triton"] = "auto"
-    # CPU projections: auto packs weights for oneDNN where it supports the dtype (see
-    # worker/models/cpu_linear.py), onednn insists on it, torch keeps F.linear.
+    # CPU projections: auto packs weights for oneDNN where it supports the dtype and sends steps
+    # of few rows to our C++ kernel, keeping a second, plain copy of the weights for it (see
+    # worker/models/cpu_linear.py); onednn insists on oneDNN alone; torch keeps F.linear.
     linear_backend: Literal["auto", "torch", "onednn"] = "auto"
     seed: int = 0  # seeds unseeded sampling, so a whole run is reproducible
     num_threads: int | None = None  # torch intra-op threads on CPU; None: all cores

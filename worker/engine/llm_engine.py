@@ -51,14 +51,13 @@ class LLMEngine:
         self.model_dir = resolve_model_dir(config.model)
         self.tokenizer: Any = load_tokenizer(self.model_dir)
         model = load_model(self.model_dir, pick_dtype(config.dtype, self.device), self.device)
-        self.num_packed_linears = pack_linears(model, config.linear_backend)
         self.model_config = model.config
         self.runner = ModelRunner(config, model, self.device)
         # The C++ layer kernels come with the C++ attention backend: one build, one switch.
         backend = self.runner.backend
-        self.num_fused_modules = use_cpu_kernels(
-            model, backend.ops if isinstance(backend, CpuAttentionBackend) else None
-        )
+        ops = backend.ops if isinstance(backend, CpuAttentionBackend) else None
+        self.num_packed_linears = pack_linears(model, config.linear_backend, skinny_ops=ops)
+        self.num_fused_modules = use_cpu_kernels(model, ops)
         self.block_manager = BlockManager(
             self.runner.num_blocks,
             config.cache.block_size,

@@ -9,11 +9,16 @@ rows and 51 ms instead of 96 ms at 16 rows (fp32, weights cycled through DRAM as
 
 The packed weight is an opaque oneDNN tensor, so it is held as a plain attribute: the module
 system (``state_dict``, ``.to()``, ``parameters()``) never sees it. The original is dropped
-unless another module shares it (a tied LM head keeps the embedding table).
+unless another module shares it (a tied LM head keeps the embedding table), or unless our C++
+kernels are given (``skinny_ops``): then steps of at most `SKINNY_MAX_ROWS` rows go through
+`skinny_linear` (kernels/cpu_linear.cpp) on the plain weight, which streams it once where
+oneDNN's blocked GEMM and MKL's gemv do not. That keeps both copies, twice the projection
+weights' memory (+425 MB for SmolLM2-135M in fp32); ``linear_backend="onednn"`` keeps one.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Literal
 
 import torch
@@ -21,11 +26,16 @@ from torch import nn
 
 LinearBackend = Literal["auto", "torch", "onednn"]
 
+# Rows up to which `skinny_linear` beats oneDNN's packed GEMM. `python ops/bench/cpu_linear.py`
+# on 2 AVX2 cores (the 120 projections of a SmolLM2-135M step, ms, oneDNN / skinny): 1 row
+# 45.3 / 36.3, 4 rows 50.0 / 38.6, 8 rows 60.3 / 53.8, 16 rows 73.4 / 81.3.
+SKINNY_MAX_ROWS = 8
+
 
 class PackedLinear(nn.Module):
     """``y = x @ W.T + b`` for a CPU weight reordered by oneDNN once, at construction."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, skinny_ops: ModuleType | None = None) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -34,8 +44,19 @@ class PackedLinear(nn.Module):
         # 1-512 row mixes a step sees, and one packing must serve them all.
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
         self.bias = None if linear.bias is None else linear.bias.detach().clone()
+        fp32 = weight.dtype == torch.float32
+        self.skinny_ops = skinny_ops if fp32 else None
+        self.weight = weight.contiguous() if self.skinny_ops is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (
+            self.skinny_ops is not None
+            and x.dim() == 2
+            and x.shape[0] <= SKINNY_MAX_ROWS
+            and x.stride(1) == 1
+            and x.dtype == torch.float32
+        ):
+            return self.skinny_ops.skinny_linear(x, self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
@@ -63,11 +84,14 @@ def onednn_supports(dtype: torch.dtype) -> bool:
     )
 
 
-def pack_linears(model: nn.Module, backend: LinearBackend = "auto") -> int:
+def pack_linears(
+    model: nn.Module, backend: LinearBackend = "auto", skinny_ops: ModuleType | None = None
+) -> int:
     """Swap every CPU `nn.Linear` in ``model`` for a `PackedLinear`; the number swapped.
 
     ``auto`` packs where oneDNN supports the weights' dtype and leaves the model as it is
-    otherwise; ``onednn`` raises instead; ``torch`` never packs.
+    otherwise, and routes few-row steps to ``skinny_ops`` when given; ``onednn`` raises where
+    oneDNN cannot pack, and never uses ``skinny_ops``; ``torch`` never packs.
     """
     if backend == "torch":
         return 0
@@ -84,6 +108,7 @@ def pack_linears(model: nn.Module, backend: LinearBackend = "auto") -> int:
         if backend == "onednn":
             raise RuntimeError(f"oneDNN cannot pack {dtype} linear weights on this CPU")
         return 0
+    skinny = skinny_ops if backend == "auto" else None
     for parent, name, child in linears:
-        setattr(parent, name, PackedLinear(child))
+        setattr(parent, name, PackedLinear(child, skinny))
     return len(linears)
