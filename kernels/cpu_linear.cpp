@@ -65,9 +65,12 @@ void block(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k, 
     }
 }
 
-// Features per pass: O weight rows and up to 16 x rows of 256 floats (4 + 16 KB) stay in a 32 KB
-// L1 while every row group passes over them. Unsplit, 8 rows of K = 1536 (48 KB) thrashed it:
-// 8 rows took 1.6x as long as 4 instead of streaming at the same weight bandwidth.
+// Features per pass: O weight rows and up to 16 x rows of 256 floats (4 + 16 KB) fit a 32 KB L1
+// while every row group passes over them, where 8 whole rows of K = 1536 (48 KB) would not.
+// Measured, the chunks changed little: 8 rows took 1.57x as long as 4 before them and 1.39x
+// after, within this machine's noise (ops/bench/cpu_linear.py, 2 AVX2 cores). The likelier limit
+// from 8 rows up: with weights in cache one thread reached only ~35 GFLOP/s, and gcc folds the
+// weight loads into the FMAs, loading each weight vector again for every x row.
 constexpr int64_t kChunk = 256;
 
 template <int64_t O>
