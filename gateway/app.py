@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from gateway import jobs, openai_api
+from gateway.bodies import BodyLimit
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
 from gateway.status import router as status_router
@@ -21,7 +22,7 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        producer = AsyncProducer(config.redis_url, prefix=config.prefix)
+        producer = AsyncProducer(config.redis_url, prefix=config.prefix, reconnect=config.reconnect)
         app.state.producer = producer
         try:
             yield
@@ -36,6 +37,7 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     )
     app.state.config = config
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_body_bytes=config.max_body_bytes)
     app.include_router(jobs.router)
     app.include_router(openai_api.router)
     app.include_router(status_router)  # /status page and /v1/status

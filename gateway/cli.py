@@ -25,6 +25,13 @@ def add_gateway_command(sub: Any) -> None:
     gw.add_argument(
         "--model-name", default=None, help="the model /v1/models lists (default: paternoster)"
     )
+    gw.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="larger request bodies are a 413 (default: PATERNOSTER_GATEWAY_MAX_BODY_BYTES, "
+        "else 4 MiB)",
+    )
     gw.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     gw.set_defaults(func=cmd_gateway)
 
@@ -36,7 +43,11 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from gateway.config import GatewayConfig
 
     config = GatewayConfig.from_env(
-        args.tokens_file, redis_url=args.redis_url, prefix=args.prefix, model_name=args.model_name
+        args.tokens_file,
+        redis_url=args.redis_url,
+        prefix=args.prefix,
+        model_name=args.model_name,
+        max_body_bytes=args.max_body_bytes,
     )
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -8,8 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.tenancy import check_distinct_tags
+from producer.protocol import MAX_PAYLOAD_BYTES
+from producer.reconnect import DEFAULT_RECONNECT, ReconnectPolicy
+
 TOKENS_ENV = "PATERNOSTER_GATEWAY_TOKENS"  # path to a JSON file {token: tenant}
 MODEL_NAME_ENV = "PATERNOSTER_GATEWAY_MODEL"
+MAX_BODY_ENV = "PATERNOSTER_GATEWAY_MAX_BODY_BYTES"
 DEFAULT_MODEL_NAME = "paternoster"
 
 
@@ -29,6 +34,18 @@ class GatewayConfig:
     # A comment line on an idle SSE stream this often: proxies keep it open, and a client that
     # left is noticed at the next write even where the server does not report disconnects.
     sse_ping_s: float = 15.0
+    # How long a stream rides out a Redis outage before it ends with a redis_unavailable
+    # error event; requests that are not streams answer 503 at once.
+    reconnect: ReconnectPolicy = DEFAULT_RECONNECT
+    # A request body past this is a 413, refused before it is read whole or parsed. Four times
+    # the protocol's payload limit (1 MiB: 4 MiB): JSON escapes (`\u00e9` is 6 bytes, 2 in
+    # UTF-8) and whitespace can make the body of an admissible job that much larger.
+    max_body_bytes: int = 4 * MAX_PAYLOAD_BYTES
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be at least 1, not {self.max_body_bytes}")
+        check_distinct_tags(self.tokens.values())  # behind auth, tenants' ids must not meet
 
     @property
     def auth_enabled(self) -> bool:
@@ -41,8 +58,20 @@ class GatewayConfig:
         path = tokens_file or os.environ.get(TOKENS_ENV)
         values: dict[str, object] = {"model_name": os.environ.get(MODEL_NAME_ENV) or None}
         values["tokens"] = load_tokens(Path(path)) if path else None
+        values["max_body_bytes"] = env_int(MAX_BODY_ENV)
         values.update(overrides)
         return cls(**{k: v for k, v in values.items() if v is not None})  # type: ignore[arg-type]
+
+
+def env_int(name: str) -> int | None:
+    """An int environment variable, None when unset; ValueError naming it when not an int."""
+    text = os.environ.get(name)
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}: expected an integer, not {text!r}") from None
 
 
 def load_tokens(path: Path) -> dict[str, str]:

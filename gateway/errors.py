@@ -7,11 +7,14 @@ our messages as they show theirs; native-API errors add fields such as the job's
 from __future__ import annotations
 
 import math
+from http import HTTPStatus
 from typing import Any
 
+import redis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from producer import InvalidJob, JobNotFound, JobTimeout
 from producer.errors import JobEnded, JobFailed, Overloaded
@@ -21,6 +24,11 @@ CLIENT_ERROR_CODES = frozenset(
     {"malformed_json", "unsupported_schema_version", "invalid_request", "prompt_too_long",
      "invalid_prompt"}
 )  # fmt: skip
+# Redis away (restarting, failing over, unreachable): the 503's type and code, and the code of
+# the error event a stream ends with when its outage outlasts the reconnect bound.
+UNAVAILABLE_TYPE, UNAVAILABLE_CODE = "service_unavailable", "redis_unavailable"
+# The smallest Retry-After the header allows: an outage is most often a restart, over in seconds.
+UNAVAILABLE_RETRY_AFTER_S = 1
 
 
 class ApiError(Exception):
@@ -79,13 +87,40 @@ def overloaded_error(exc: Overloaded) -> ApiError:
     )
 
 
+def unavailable_error() -> ApiError:
+    """503 while Redis is away. The message names no host: redis-py's would tell any caller
+    where the job plane lives."""
+    return ApiError(
+        503,
+        "Redis is unavailable: the gateway cannot reach its job plane; retry shortly",
+        type_=UNAVAILABLE_TYPE,
+        code=UNAVAILABLE_CODE,
+        headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+    )
+
+
 def validation_message(exc: RequestValidationError) -> str:
     """One line naming each bad field, like the producer's ``validation_message``."""
     parts = []
     for e in list(exc.errors())[:5]:
+        if e.get("type") == "json_invalid":  # its loc is a character offset, never filled in
+            parts.append(f"body: not valid JSON: {e.get('ctx', {}).get('error', 'unreadable')}")
+            continue
         where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "request"
         parts.append(f"{where}: {str(e.get('msg', 'invalid')).removeprefix('Value error, ')}")
     return "invalid request: " + "; ".join(parts)
+
+
+def http_error(exc: HTTPException) -> ApiError:
+    """What the framework raises itself (no such route 404, wrong method 405, a body it could
+    not read 400), in the same shape as ours; the code is the status's name."""
+    phrases = {s.value: s.phrase for s in HTTPStatus}
+    phrase = phrases.get(exc.status_code, "error")
+    type_ = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    code = phrase.lower().replace(" ", "_").replace("-", "_")
+    message = exc.detail if isinstance(exc.detail, str) and exc.detail else phrase
+    headers = dict(exc.headers) if exc.headers else None  # 405's Allow, 401's WWW-Authenticate
+    return ApiError(exc.status_code, message, type_=type_, code=code, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -96,6 +131,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_validation(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
         return ApiError(422, validation_message(exc), code="validation_error").response()
+
+    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        return http_error(exc).response()
 
     async def on_invalid_job(_: Request, exc: Exception) -> JSONResponse:
         return ApiError(422, str(exc), code="invalid_job").response()
@@ -112,6 +151,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(InvalidJob, on_invalid_job)
     app.add_exception_handler(JobNotFound, on_not_found)
     app.add_exception_handler(JobTimeout, on_timeout)
@@ -120,5 +160,12 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, Overloaded)
         return overloaded_error(exc).response()
 
+    async def on_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        return unavailable_error().response()
+
     app.add_exception_handler(JobEnded, on_job_ended)
     app.add_exception_handler(Overloaded, on_overloaded)
+    # Streams ride out an outage (producer.reconnect); any other request fails at once.
+    # RedisUnavailable is a redis.ConnectionError, so a result() past the bound lands here too.
+    app.add_exception_handler(redis.ConnectionError, on_unavailable)
+    app.add_exception_handler(redis.TimeoutError, on_unavailable)

@@ -12,35 +12,52 @@ import re
 import time
 from collections.abc import AsyncIterator
 
-from producer import AsyncProducer
-from producer.protocol import Event, is_terminal
+from gateway.errors import UNAVAILABLE_CODE
+from producer import AsyncProducer, JobNotFound, RedisUnavailable
+from producer.protocol import ErrorEvent, Event
 
 # A Redis stream entry id ("1700000000000-0") or a bare millisecond time; anything else makes
 # XREAD fail with a server error, so it is refused up front as the client's mistake. Each part
 # is a uint64 in Redis: 19 digits always fit, 20 may not.
 EVENT_ID_PATTERN = re.compile(r"^\d{1,19}(-\d{1,19})?$")
-READ_BLOCK_MS = 1000  # one XREAD's wait; between reads the idle clock is checked
 
 
 async def follow(
     producer: AsyncProducer, job_id: str, from_event: str = "0", idle_s: float = 15.0
 ) -> AsyncIterator[Event | None]:
     """The job's events after ``from_event`` until the terminal one; ``None`` after each
-    ``idle_s`` without an event (the caller writes a keep-alive)."""
+    ``idle_s`` without an event (the caller writes a keep-alive). The producer rides out a
+    Redis outage (``producer.reconnect``); one past its bound, or a job gone when Redis came
+    back, ends the stream with ``stream_lost``'s event instead of cutting the connection."""
+    cursor = producer.cursor(job_id, from_event)
     last_sent = time.monotonic()
-    while True:
-        batch = await producer.events(job_id, from_event, block_ms=READ_BLOCK_MS)
+    while not cursor.finished:
+        try:
+            batch = await producer.next_events(cursor)
+        except (RedisUnavailable, JobNotFound) as exc:
+            yield stream_lost(exc)
+            return
         for event in batch:
-            from_event = event.event_id or from_event
             yield event
-            if is_terminal(event):
-                return
         now = time.monotonic()
         if batch:
             last_sent = now
-        elif now - last_sent >= idle_s:
+        elif now - last_sent >= idle_s:  # pings go on through an outage: the client stays
             last_sent = now
             yield None
+
+
+def stream_lost(exc: RedisUnavailable | JobNotFound) -> ErrorEvent:
+    """The last event of a stream that lost its job, not of a job that failed: the job may run
+    on. No ``event_id``, so the SSE has no ``id:`` and a client resumes after the last real one."""
+    if isinstance(exc, JobNotFound):
+        # No id in the message: behind auth the stored id is tenant-scoped, not the client's.
+        return ErrorEvent(code="job_not_found", message="the job is gone after Redis came back")
+    return ErrorEvent(
+        code=UNAVAILABLE_CODE,
+        message=f"lost Redis for {exc.waited_s:.1f} s, longer than this gateway waits; the job"
+        f" may still be running: resume after event {exc.last_event_id}",
+    )
 
 
 def sse(data: str, *, event: str | None = None, event_id: str | None = None) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from producer import JobResult, JobSpec, SamplingSpec
-from producer.protocol import ChatMessage, Timings, Usage
+from producer.protocol import ChatMessage, Timings, Usage, WireFloat, WireInt
 from producer.requests import build_spec
 
 
@@ -26,26 +26,32 @@ class JobRequest(BaseModel):
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    prompt_token_ids: list[int] | None = None
+    prompt_token_ids: list[WireInt] | None = None
     sampling: SamplingSpec | None = None
-    job_id: str | None = Field(default=None, description="idempotency key: same id, same job")
-    priority: int | str | None = Field(
+    job_id: str | None = Field(
+        default=None,
+        description="idempotency key: same id, same job (behind auth, the same tenant's job)",
+    )
+    priority: WireInt | str | None = Field(
         default=None,
         description="-100..100, lower is more urgent; or interactive, default, batch",
     )
     tenant: str | None = Field(default=None, description="ignored when auth is on: the token's")
-    deadline_s: float | None = Field(default=None, gt=0, description="not started by then: expired")
+    deadline_s: WireFloat | None = Field(
+        default=None, gt=0, description="not started by then: expired"
+    )
     metadata: dict[str, Any] | None = None
 
-    def to_spec(self, tenant: str | None) -> JobSpec:
-        """The validated JobSpec (InvalidJob, a 422, when it is not one)."""
+    def to_spec(self, tenant: str | None, job_id: str) -> JobSpec:
+        """The validated JobSpec, under the job plane's ``job_id`` (``TenantJobs.new_job_id``
+        of this body's): InvalidJob, a 422, when it is not one."""
         flat = dict(self.model_extra or {})
         return build_spec(
             self.prompt,
             messages=self.messages,
             prompt_token_ids=self.prompt_token_ids,
             sampling=self.sampling,
-            job_id=self.job_id,
+            job_id=job_id,
             priority=self.priority,
             tenant=tenant,
             deadline_s=self.deadline_s,

@@ -2,7 +2,8 @@
 
 Each request becomes one job on the same jobs stream the native API feeds, so OpenAI clients
 share the workers, priorities and tenants with everyone else. The response id is the job id with
-OpenAI's prefix (``cmpl-``, ``chatcmpl-``); ``X-Paternoster-Job-Id`` carries it bare.
+OpenAI's prefix (``cmpl-``, ``chatcmpl-``); ``X-Paternoster-Job-Id`` carries it bare (behind
+auth, the id in the caller's namespace, as the native API takes it: ``tenancy``).
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.auth import Caller, caller
+from gateway.bodies import StrictJsonRoute
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
 from gateway.events import SSE_HEADERS
-from gateway.jobs import producer_of
+from gateway.jobs import jobs_of
 from gateway.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from gateway.openai_stream import Shape, openai_sse
 from producer import JobTimeout
 from producer.requests import build_spec
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=StrictJsonRoute)
 CallerDep = Annotated[Caller, Depends(caller)]
 KeepHeader = Annotated[
     str | None,
@@ -72,14 +74,16 @@ async def run_openai(
     """Submit the job, then stream its chunks or wait for its whole response."""
     config: GatewayConfig = request.app.state.config
     sampling = body.sampling(max_tokens, config.default_max_tokens)
-    spec = build_spec(**prompt, tenant=who.tenant_for(body.user), **sampling)
-    producer = producer_of(request)
-    await producer.submit_spec(spec)
-    shape = Shape(spec.id, body.model or config.model_name, chat)
-    headers = {"X-Paternoster-Job-Id": spec.id}
+    jobs = jobs_of(request, who)
+    tenant = who.tenant_for(body.user)
+    spec = build_spec(**prompt, job_id=jobs.new_job_id(None), tenant=tenant, **sampling)
+    job_id, _ = await jobs.submit(spec)  # a fresh random id: always created
+    shape = Shape(job_id, body.model or config.model_name, chat)
+    headers = {"X-Paternoster-Job-Id": job_id}
     if body.stream:
         frames = openai_sse(
-            producer,
+            jobs.producer,
+            spec.id,
             shape,
             include_usage=body.include_usage,
             cancel_on_disconnect=keep not in ("1", "true", "yes"),
@@ -89,8 +93,8 @@ async def run_openai(
             frames, media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
         )
     try:
-        result = await producer.result(spec.id, timeout_s=config.request_timeout_s)
+        result = await jobs.result(job_id, timeout_s=config.request_timeout_s)
     except JobTimeout as exc:
-        await producer.cancel(spec.id)  # nobody will read it now
-        raise ApiError(504, str(exc), type_="timeout", code="timeout", job_id=spec.id) from exc
+        await jobs.cancel(job_id)  # nobody will read it now
+        raise ApiError(504, str(exc), type_="timeout", code="timeout", job_id=job_id) from exc
     return JSONResponse(shape.whole(result), headers=headers)

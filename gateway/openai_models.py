@@ -3,7 +3,8 @@
 Parameters we can honour map onto ``SamplingSpec``; ones we cannot (penalties, ``echo``,
 ``suffix``, logprobs) are refused with a 422 that names them rather than silently ignored, so a
 client never believes it got behaviour it did not. Unknown fields are ignored, as OpenAI's SDKs
-send new ones before servers know them.
+send new ones before servers know them. Numbers are strict, as on the wire (``WireInt``):
+``"max_tokens": true`` or ``"2"`` is a 422, not 1 or 2.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import ApiError
-from producer.protocol import MAX_CHOICES
+from producer.protocol import MAX_CHOICES, WireBool, WireFloat, WireInt
 
 
 class StreamOptions(BaseModel):
@@ -26,17 +27,17 @@ class OpenAIRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = Field(default=None, description="accepted and echoed back")
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    max_tokens: WireInt | None = Field(default=None, ge=1)
+    temperature: WireFloat | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: WireFloat | None = Field(default=None, gt=0.0, le=1.0)
+    n: WireInt = Field(default=1, ge=1, le=MAX_CHOICES)
     stop: str | list[str] | None = None
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
-    stream: bool = False
+    seed: WireInt | None = Field(default=None, ge=0, lt=2**63)
+    stream: WireBool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, description="the job's tenant when auth is off")
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: WireFloat | None = None
+    frequency_penalty: WireFloat | None = None
 
     def unsupported(self) -> list[str]:
         """Names of the parameters given with a value this gateway cannot honour."""
@@ -72,13 +73,13 @@ class OpenAIRequest(BaseModel):
 class CompletionRequest(OpenAIRequest):
     """``POST /v1/completions``: one prompt, as text or token ids."""
 
-    prompt: str | list[str] | list[int]
+    prompt: str | list[str] | list[WireInt]
     # OpenAI's default for this endpoint; an explicit null falls back to the server's default.
-    max_tokens: int | None = Field(default=16, ge=1)
+    max_tokens: WireInt | None = Field(default=16, ge=1)
     echo: bool = False
     suffix: str | None = None
-    logprobs: int | None = Field(default=None, ge=0)
-    best_of: int | None = Field(default=None, ge=1)
+    logprobs: WireInt | None = Field(default=None, ge=0)
+    best_of: WireInt | None = Field(default=None, ge=1)
 
     def prompt_fields(self) -> dict[str, Any]:
         """``prompt`` or ``prompt_token_ids`` for ``build_spec``: one prompt per request (a
@@ -120,9 +121,9 @@ class ChatCompletionRequest(OpenAIRequest):
     """``POST /v1/chat/completions``: the messages go through the model's chat template."""
 
     messages: list[ChatMessageIn] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: WireInt | None = Field(default=None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0)
+    top_logprobs: WireInt | None = Field(default=None, ge=0)
 
     def prompt_fields(self) -> dict[str, Any]:
         if self.logprobs or self.top_logprobs:

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 from redis.exceptions import RedisError
 
+from gateway.errors import UNAVAILABLE_CODE, UNAVAILABLE_TYPE
 from gateway.events import SSE_PING, follow, json_line, sse
 from producer import AsyncProducer, JobResult, PaternosterError
 from producer.protocol import DoneEvent, Event, TokenEvent, Usage
@@ -84,14 +85,18 @@ class Shape:
 
 
 def error_chunk(event: Event) -> dict[str, Any]:
-    """A job that ended without ``done`` mid-stream: OpenAI's SDKs raise on an ``error`` key."""
+    """A job that ended without ``done`` mid-stream, or a stream that lost Redis for longer
+    than the reconnect bound (``events.stream_lost``): OpenAI's SDKs raise on an ``error``
+    key."""
     message = getattr(event, "message", None) or f"job ended: {event.type}"
     code = getattr(event, "code", event.type)
-    return {"error": {"message": message, "type": "job_ended", "code": code, "param": None}}
+    type_ = UNAVAILABLE_TYPE if code == UNAVAILABLE_CODE else "job_ended"
+    return {"error": {"message": message, "type": type_, "code": code, "param": None}}
 
 
 async def openai_sse(
     producer: AsyncProducer,
+    job_id: str,
     shape: Shape,
     *,
     include_usage: bool,
@@ -99,10 +104,11 @@ async def openai_sse(
     idle_s: float,
 ) -> AsyncIterator[str]:
     """The job's chunks as OpenAI streams them, ``data: [DONE]`` last. A client that leaves
-    early (the server cancels this generator) cancels the job, unless asked to keep it."""
+    early (the server cancels this generator) cancels the job, unless asked to keep it.
+    ``job_id`` is the job plane's id; behind auth ``shape`` shows the client its own."""
     finished = False
     try:
-        async for event in follow(producer, shape.job_id, "0", idle_s):
+        async for event in follow(producer, job_id, "0", idle_s):
             if event is None:
                 yield SSE_PING
                 continue
@@ -120,4 +126,4 @@ async def openai_sse(
             # Shielded: this runs inside the cancelled scope of the dead connection, and a
             # job nobody reads would otherwise hold a batch slot until max_tokens.
             with anyio.CancelScope(shield=True), contextlib.suppress(PaternosterError, RedisError):
-                await producer.cancel(shape.job_id)
+                await producer.cancel(job_id)

@@ -19,7 +19,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
-from gateway.jobs import CallerDep, producer_of
+from gateway.jobs import CallerDep, jobs_of
+from gateway.tenancy import TenantJobs
 from producer import AsyncProducer, JobNotFound, JobState
 from producer.fleet import HEARTBEAT_TTL_S, WorkerInfo
 from producer.keys import BANDS, Keys
@@ -105,27 +106,30 @@ async def queue_depths(client: aredis.Redis, keys: Keys) -> dict[str, int]:
     return depths
 
 
-async def recent_jobs(producer: AsyncProducer, tenant: str | None, limit: int) -> list[RecentJob]:
-    """The newest jobs of ``Keys.recent`` still in Redis; only ``tenant``'s when not None."""
+async def recent_jobs(jobs: TenantJobs, limit: int) -> list[RecentJob]:
+    """The newest jobs of ``Keys.recent`` still in Redis; with auth only the caller's, under
+    the ids it knows them by (``tenancy``)."""
+    producer = jobs.producer
     client, keys = producer.redis, producer.keys
     ids: list[str] = await client.lrange(keys.recent, 0, RECENT_KEPT - 1)  # type: ignore[assignment]
-    ids = list(dict.fromkeys(ids))  # a resubmitted id may be listed twice: keep the newest
+    # A resubmitted id may be listed twice: keep the newest.
+    ids = [job_id for job_id in dict.fromkeys(ids) if jobs.scope.owns(job_id)]
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hgetall(keys.job(job_id))
-    jobs = []
+    rows = []
     for job_id, fields in zip(ids, await pipe.execute(), strict=True):
         if not fields or "state" not in fields:  # expired since it was listed
             continue
         status = JobStatus.from_hash(job_id, fields)
-        if tenant is not None and status.tenant != tenant:
+        if not jobs.caller.may_see(status.tenant):
             continue
         if status.state is JobState.QUEUED:  # why it waits is worked out, not stored
             status = await queued_status(producer, status)
-        jobs.append(recent_row(status))
-        if len(jobs) == limit:
+        rows.append(recent_row(status.model_copy(update={"job_id": jobs.shown(job_id)})))
+        if len(rows) == limit:
             break
-    return jobs
+    return rows
 
 
 async def queued_status(producer: AsyncProducer, status: JobStatus) -> JobStatus:
@@ -155,13 +159,13 @@ async def fleet_status(
 ) -> StatusBody:
     """Queues per band, live workers and recent jobs. With auth, any valid token sees the
     queues and workers (they name no tenant) but only its own tenant's jobs."""
-    producer = producer_of(request)
-    client, keys, now_s = producer.redis, producer.keys, time.time()
+    jobs = jobs_of(request, who)
+    client, keys, now_s = jobs.producer.redis, jobs.producer.keys, time.time()
     return StatusBody(
         time=now_s,
         queues=await queue_depths(client, keys),
         workers=await live_workers(client, keys, now_s),
-        recent=await recent_jobs(producer, who.tenant, recent),
+        recent=await recent_jobs(jobs, recent),
         auth=request.app.state.config.auth_enabled,
     )
 

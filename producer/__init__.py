@@ -16,9 +16,11 @@ from producer.errors import (
     NoRedis,
     Overloaded,
     PaternosterError,
+    RedisUnavailable,
 )
 from producer.keys import Keys
 from producer.protocol import SCHEMA_VERSION, ChatMessage, JobSpec, JobState, SamplingSpec
+from producer.reconnect import ReconnectPolicy
 from producer.results import JobResult, JobStatus
 
 __all__ = [
@@ -43,5 +45,7 @@ __all__ = [
     "Overloaded",
     "PaternosterError",
     "Producer",
+    "ReconnectPolicy",
+    "RedisUnavailable",
     "SamplingSpec",
 ]

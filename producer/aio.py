@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,9 +11,10 @@ import redis.asyncio as aredis
 from producer import requests as rq
 from producer import scripts, waiting
 from producer.connection import key_prefix_from_env, open_client
-from producer.errors import JobNotFound, JobTimeout
+from producer.errors import JobNotFound
 from producer.keys import Keys, band_of
-from producer.protocol import Event, JobSpec, JobState, is_terminal
+from producer.protocol import Event, JobSpec, JobState
+from producer.reconnect import DEFAULT_RECONNECT, TRANSIENT_ERRORS, EventCursor, ReconnectPolicy
 from producer.results import JobResult, JobStatus
 
 
@@ -51,6 +52,7 @@ class AsyncProducer:
         client: aredis.Redis | None = None,
         prefix: str | None = None,
         result_ttl_s: int = rq.DEFAULT_RESULT_TTL_S,
+        reconnect: ReconnectPolicy = DEFAULT_RECONNECT,
     ) -> None:
         self.redis: aredis.Redis
         self.redis, self._embedded = open_client(
@@ -58,6 +60,7 @@ class AsyncProducer:
         )
         self.keys = Keys(prefix or key_prefix_from_env())
         self.result_ttl_s = result_ttl_s
+        self.reconnect = reconnect
         self._submit = self.redis.register_script(scripts.SUBMIT)
         self._cancel = self.redis.register_script(scripts.CANCEL)
 
@@ -107,21 +110,31 @@ class AsyncProducer:
         reply: Any = await self.redis.xread({key: from_event}, count=rq.READ_COUNT, block=block_ms)
         return rq.parse_entries(rq.read_reply_entries(reply))
 
+    def cursor(
+        self, job_id: str, from_event: str = "0", timeout_s: float | None = None
+    ) -> EventCursor:
+        return EventCursor(job_id, from_event, timeout_s, self.reconnect)
+
+    async def next_events(self, cursor: EventCursor) -> list[Event]:
+        """As ``Producer.next_events``: the gateway's streams step with it too."""
+        job_keys = self.keys.job(cursor.job_id), self.keys.events(cursor.job_id)
+        try:
+            if cursor.check_job and not await self.redis.exists(*job_keys):
+                raise JobNotFound(cursor.job_id)
+            batch = await self.events(cursor.job_id, cursor.from_event, cursor.block_ms())
+        except TRANSIENT_ERRORS as exc:
+            await asyncio.sleep(cursor.failed(exc))
+            return []
+        return cursor.accept(batch)
+
     async def stream(
         self, job_id: str, from_event: str = "0", timeout_s: float | None = None
     ) -> AsyncIterator[Event]:
-        if not await self.redis.exists(self.keys.job(job_id), self.keys.events(job_id)):
-            raise JobNotFound(job_id)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            batch = await self.events(job_id, from_event, block_ms=rq.remaining_ms(deadline))
-            for event in batch:
-                from_event = event.event_id or from_event
+        cursor = self.cursor(job_id, from_event, timeout_s)
+        while not cursor.finished:
+            for event in await self.next_events(cursor):
                 yield event
-                if is_terminal(event):
-                    return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(f"job {job_id} not finished within {timeout_s} s")
+            cursor.check_deadline()
 
     async def result(self, job_id: str, timeout_s: float | None = None) -> JobResult:
         result = JobResult(job_id)

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from producer.client import Producer
 from producer.errors import InvalidJob, JobEnded, JobNotFound, JobTimeout, NoRedis, Overloaded
 from producer.limits_cli import add_limits_command
 from producer.protocol import JobState, TokenEvent
+from producer.reconnect import DEFAULT_RECONNECT
 from producer.results import JobResult
 from producer.top import add_top_command
 
@@ -72,8 +74,17 @@ def add_producer_commands(sub: Any) -> None:
         "--prefix", default=None, help="key prefix (default: $PATERNOSTER_PREFIX, else paternoster)"
     )
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    following = argparse.ArgumentParser(add_help=False)
+    following.add_argument(
+        "--reconnect-s",
+        type=_seconds,
+        default=DEFAULT_RECONNECT.max_wait_s,
+        metavar="S",
+        help="reconnect to a Redis that went away for up to S s, then exit 1 (default %(default)g)",
+    )
+    follows = [common, following]  # the commands that follow a job's events
 
-    submit = sub.add_parser("submit", parents=[common], help="enqueue a job and print its id")
+    submit = sub.add_parser("submit", parents=follows, help="enqueue a job and print its id")
     submit.add_argument("prompt", metavar="PROMPT")
     submit.add_argument("--chat", action="store_true", help="wrap PROMPT as one user message")
     submit.add_argument("--stream", action="store_true", help="follow its events until it ends")
@@ -94,14 +105,14 @@ def add_producer_commands(sub: Any) -> None:
     status.add_argument("job_id", metavar="ID")
     status.set_defaults(func=_guarded(cmd_status))
 
-    stream = sub.add_parser("stream", parents=[common], help="follow a job's events until it ends")
+    stream = sub.add_parser("stream", parents=follows, help="follow a job's events until it ends")
     stream.add_argument("job_id", metavar="ID")
     stream.add_argument(
         "--from-event", default="0", metavar="EVENT_ID", help="resume after this event id"
     )
     stream.set_defaults(func=_guarded(cmd_stream))
 
-    result = sub.add_parser("result", parents=[common], help="wait for a job and print its text")
+    result = sub.add_parser("result", parents=follows, help="wait for a job and print its text")
     result.add_argument("job_id", metavar="ID")
     result.add_argument("--timeout-s", type=float, default=None, help="default: wait forever")
     result.set_defaults(func=_guarded(cmd_result))
@@ -142,8 +153,16 @@ def _error(args: argparse.Namespace, message: str, code: int) -> int:
     return code
 
 
+def _seconds(text: str) -> float:
+    if float(text) < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    return float(text)
+
+
 def _producer(args: argparse.Namespace) -> Producer:
-    return Producer(args.redis_url, prefix=args.prefix)
+    max_wait_s = getattr(args, "reconnect_s", DEFAULT_RECONNECT.max_wait_s)  # commands that follow
+    reconnect = replace(DEFAULT_RECONNECT, max_wait_s=max_wait_s)
+    return Producer(args.redis_url, prefix=args.prefix, reconnect=reconnect)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

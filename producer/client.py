@@ -11,9 +11,10 @@ import redis
 from producer import requests as rq
 from producer import scripts, waiting
 from producer.connection import key_prefix_from_env, open_client
-from producer.errors import JobNotFound, JobTimeout
+from producer.errors import JobNotFound
 from producer.keys import Keys, band_of
-from producer.protocol import Event, JobSpec, JobState, is_terminal
+from producer.protocol import Event, JobSpec, JobState
+from producer.reconnect import DEFAULT_RECONNECT, TRANSIENT_ERRORS, EventCursor, ReconnectPolicy
 from producer.results import JobResult, JobStatus
 
 
@@ -49,6 +50,7 @@ class Producer:
 
     ``redis_url`` defaults to ``REDIS_URL``, else an embedded Redis; ``prefix`` to
     ``PATERNOSTER_PREFIX``, else ``paternoster``. Pass ``client`` to reuse a connection pool.
+    ``reconnect`` bounds how long ``stream`` and ``result`` ride out a Redis outage.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class Producer:
         client: redis.Redis | None = None,
         prefix: str | None = None,
         result_ttl_s: int = rq.DEFAULT_RESULT_TTL_S,
+        reconnect: ReconnectPolicy = DEFAULT_RECONNECT,
     ) -> None:
         self.redis: redis.Redis
         self.redis, self._embedded = open_client(
@@ -65,6 +68,7 @@ class Producer:
         )
         self.keys = Keys(prefix or key_prefix_from_env())
         self.result_ttl_s = result_ttl_s
+        self.reconnect = reconnect
         self._submit = self.redis.register_script(scripts.SUBMIT)
         self._cancel = self.redis.register_script(scripts.CANCEL)
 
@@ -120,23 +124,36 @@ class Producer:
         reply: Any = self.redis.xread({key: from_event}, count=rq.READ_COUNT, block=block_ms)
         return rq.parse_entries(rq.read_reply_entries(reply))
 
+    def cursor(
+        self, job_id: str, from_event: str = "0", timeout_s: float | None = None
+    ) -> EventCursor:
+        """Where a stream of the job's events starts, for ``next_events``."""
+        return EventCursor(job_id, from_event, timeout_s, self.reconnect)
+
+    def next_events(self, cursor: EventCursor) -> list[Event]:
+        """One step of a stream: the events after the cursor (waiting up to a second for them),
+        or none after a failed read and its backoff. JobNotFound when the job is gone;
+        RedisUnavailable when an outage outlasts ``reconnect.max_wait_s``."""
+        job_keys = self.keys.job(cursor.job_id), self.keys.events(cursor.job_id)
+        try:
+            if cursor.check_job and not self.redis.exists(*job_keys):
+                raise JobNotFound(cursor.job_id)
+            batch = self.events(cursor.job_id, cursor.from_event, block_ms=cursor.block_ms())
+        except TRANSIENT_ERRORS as exc:
+            time.sleep(cursor.failed(exc))
+            return []
+        return cursor.accept(batch)
+
     def stream(
         self, job_id: str, from_event: str = "0", timeout_s: float | None = None
     ) -> Iterator[Event]:
         """Yield the job's events after ``from_event`` (a stream entry id; "0": from the start) as
-        they are published, until the terminal one. Reconnect by passing the last ``event_id``."""
-        if not self.redis.exists(self.keys.job(job_id), self.keys.events(job_id)):
-            raise JobNotFound(job_id)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            batch = self.events(job_id, from_event, block_ms=rq.remaining_ms(deadline))
-            for event in batch:
-                from_event = event.event_id or from_event
-                yield event
-                if is_terminal(event):
-                    return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise JobTimeout(f"job {job_id} not finished within {timeout_s} s")
+        they are published, until the terminal one. A Redis outage delays events, never repeats
+        one (``producer.reconnect``); to resume later, pass the last ``event_id``."""
+        cursor = self.cursor(job_id, from_event, timeout_s)
+        while not cursor.finished:
+            yield from self.next_events(cursor)
+            cursor.check_deadline()
 
     def result(self, job_id: str, timeout_s: float | None = None) -> JobResult:
         """Block until the job ends; its text and usage, or JobFailed / JobCancelled / JobExpired

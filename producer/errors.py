@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import redis
+
 if TYPE_CHECKING:
     from producer.results import JobResult
 
@@ -53,6 +55,17 @@ class JobExpired(JobEnded):
 
 class NoRedis(PaternosterError):
     """No ``REDIS_URL`` and no embedded Redis available."""
+
+
+class RedisUnavailable(PaternosterError, redis.ConnectionError):
+    """A stream could not reach Redis for longer than its ``ReconnectPolicy.max_wait_s``
+    (``producer.reconnect``); the job may well be running still: stream again from
+    ``last_event_id`` to resume. Also a redis-py ``ConnectionError``, so code that caught that
+    before catches this too; the last redis-py error is its ``__cause__``."""
+
+    def __init__(self, message: str, *, job_id: str, last_event_id: str, waited_s: float) -> None:
+        super().__init__(message)
+        self.job_id, self.last_event_id, self.waited_s = job_id, last_event_id, waited_s
 
 
 class Overloaded(PaternosterError):

@@ -13,8 +13,10 @@ DEFAULT_PREFIX = "paternoster"
 # Priority bands, most urgent first; each has its own jobs stream so a worker reads urgent jobs
 # before a backlog of batch jobs (one stream in arrival order could not). See `band_of`.
 BANDS = ("interactive", "default", "batch")
+DEAD_LETTER_MAXLEN = 10_000  # entries the dead-letter stream keeps (approximately: MAXLEN ~)
 # Job ids become parts of key names and log lines: keep them to a safe, bounded alphabet.
-JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+MAX_JOB_ID_CHARS = 128
+JOB_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._:@-]{{0,{MAX_JOB_ID_CHARS - 1}}}$")
 
 
 @dataclass(frozen=True)
@@ -90,13 +92,17 @@ class Keys:
         it whole (no group), because only the job's owner knows it is running there."""
         return f"{self.prefix}:cancels"
 
+    # A job's keys are `<prefix>:<kind>:<job id>`, the id last and each kind a tag of its own
+    # that no other key starts with: ids may hold ":", so a kind spelt after the id
+    # (`job:<id>:events`) made the id `a:events` name job `a`'s events.
+
     def job(self, job_id: str) -> str:
         """Hash: the job's status fields (see ``protocol.JobStatus``)."""
         return f"{self.prefix}:job:{job_id}"
 
     def events(self, job_id: str) -> str:
         """Stream: the job's result events, oldest first, one terminal event last."""
-        return f"{self.prefix}:job:{job_id}:events"
+        return f"{self.prefix}:events:{job_id}"
 
     def pattern(self) -> str:
         """``SCAN MATCH`` pattern for every key under this prefix."""

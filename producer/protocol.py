@@ -26,6 +26,14 @@ PRIORITY_ALIASES = {"interactive": -10, "default": 0, "batch": 10}
 _ALIAS_NAMES = ", ".join(PRIORITY_ALIASES)
 MAX_CHOICES = 16  # the engine's cap on SamplingParams.n
 MAX_METADATA_BYTES = 4096  # metadata rides in every job entry: keep it small
+# A job entry's payload (the JobSpec JSON) at most: 1 MiB holds a 128k-token prompt (about 4
+# bytes a token) twice over; the worker refuses more before it parses, producers before XADD.
+MAX_PAYLOAD_BYTES = 1024 * 1024
+# Wire numbers are strict: JSON's true is no 1 and "2" no 2, and JSON has no NaN or Infinity
+# (Python's json module reads them; they would pass every range check as floats).
+WireInt = Annotated[int, Field(strict=True)]
+WireFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+WireBool = Annotated[bool, Field(strict=True)]
 
 
 def parse_priority(value: int | str) -> int:
@@ -54,20 +62,20 @@ class _Frozen(BaseModel):
 class SamplingSpec(_Frozen):
     """The engine's sampling parameters, with the engine's names, defaults and ranges."""
 
-    max_tokens: int = Field(default=16, ge=1)
-    min_tokens: int = Field(default=0, ge=0)
-    temperature: float = Field(default=1.0, ge=0.0)
-    top_k: int = Field(default=0, ge=-1)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
-    seed: int | None = None
-    ignore_eos: bool = False
-    stop_token_ids: tuple[int, ...] = ()
+    max_tokens: WireInt = Field(default=16, ge=1)
+    min_tokens: WireInt = Field(default=0, ge=0)
+    temperature: WireFloat = Field(default=1.0, ge=0.0)
+    top_k: WireInt = Field(default=0, ge=-1)
+    top_p: WireFloat = Field(default=1.0, gt=0.0, le=1.0)
+    min_p: WireFloat = Field(default=0.0, ge=0.0, le=1.0)
+    seed: WireInt | None = None
+    ignore_eos: WireBool = False
+    stop_token_ids: tuple[WireInt, ...] = ()  # each in the model's vocabulary (worker checks)
     stop: tuple[Annotated[str, Field(min_length=1)], ...] = ()
-    include_stop_str_in_output: bool = False
-    logprobs: int | None = Field(default=None, ge=0, le=20)
-    skip_special_tokens: bool = True
-    n: int = Field(default=1, ge=1, le=MAX_CHOICES)  # choices from one prompt, streamed apart
+    include_stop_str_in_output: WireBool = False
+    logprobs: WireInt | None = Field(default=None, ge=0, le=20)
+    skip_special_tokens: WireBool = True
+    n: WireInt = Field(default=1, ge=1, le=MAX_CHOICES)  # choices from one prompt, streamed apart
 
     @model_validator(mode="after")
     def _min_within_max(self) -> SamplingSpec:
@@ -84,15 +92,15 @@ class ChatMessage(_Frozen):
 class JobSpec(_Frozen):
     """One generation job. Give exactly one of ``prompt``, ``messages``, ``prompt_token_ids``."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: WireInt = SCHEMA_VERSION
     id: str = Field(default_factory=lambda: uuid.uuid4().hex, pattern=JOB_ID_PATTERN.pattern)
     prompt: str | None = None
     messages: tuple[ChatMessage, ...] | None = None
-    prompt_token_ids: tuple[int, ...] | None = None
+    prompt_token_ids: tuple[WireInt, ...] | None = None
     sampling: SamplingSpec = SamplingSpec()
-    priority: int = Field(default=DEFAULT_PRIORITY, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+    priority: WireInt = Field(default=DEFAULT_PRIORITY, ge=MIN_PRIORITY, le=MAX_PRIORITY)
     tenant: str = Field(default="default", min_length=1, max_length=64)
-    deadline: float | None = None  # unix time (s); not started by then: the job ends `expired`
+    deadline: WireFloat | None = None  # unix time (s); not started by then: the job ends `expired`
     metadata: dict[str, Any] = Field(default_factory=dict)
     # Prefix-cache isolation: only jobs with the same salt share cached prompt blocks, so one
     # tenant cannot hit (or time) another's prefixes. None: the worker's policy decides.

@@ -12,6 +12,7 @@ from producer.admission import RETRY_AFTER_S, estimate_cost_tokens
 from producer.errors import InvalidJob, JobCancelled, JobExpired, JobFailed, Overloaded
 from producer.keys import Keys, band_of
 from producer.protocol import (
+    MAX_PAYLOAD_BYTES,
     CancelledEvent,
     ChatMessage,
     Event,
@@ -96,6 +97,11 @@ def submit_keys(keys: Keys, spec: JobSpec) -> list[str]:
 
 def submit_args(spec: JobSpec) -> list[str]:
     payload = spec.model_dump_json(exclude_none=True)
+    if len(payload.encode()) > MAX_PAYLOAD_BYTES:  # every worker would refuse it: say so now
+        raise InvalidJob(
+            f"invalid job: its payload has {len(payload.encode())} bytes; "
+            f"the limit is {MAX_PAYLOAD_BYTES} (protocol.MAX_PAYLOAD_BYTES)"
+        )
     band, cost = band_of(spec.priority), estimate_cost_tokens(spec)
     return [spec.id, payload, str(spec.priority), spec.tenant, band, str(cost)]
 

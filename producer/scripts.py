@@ -177,7 +177,8 @@ return {'started', submitted, now}
 # stopped and handed the job back), after XCLAIMing its jobs-stream entry.
 # KEYS: status hash, events stream, the entry's jobs stream, dead-letter stream.
 # ARGV: this worker, the old worker (the entry's consumer), max deliveries, ttl_s, error event
-#   JSON (dead letter), consumer group, entry id, job id, the entry's payload.
+#   JSON (dead letter; `{deliveries}` in its message becomes the count), consumer group, entry
+#   id, job id, the entry's payload.
 # A job handed back by a graceful stop (``handoff``) is not counted as a failed delivery; any
 # other takeover is, and past max deliveries the job ends with the error event and goes to the
 # dead-letter stream: a job that kills every worker running it stops there.
@@ -202,10 +203,12 @@ else
   n = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
 end
 if n > tonumber(ARGV[3]) then
+  -- The message counts the deliveries that happened (n - 1 workers ran it), not the setting.
   local err = cjson.decode(ARGV[5])
+  err['message'] = (string.gsub(err['message'], '{deliveries}', tostring(n - 1)))
   redis.call('HSET', KEYS[1], 'state', 'error', 'finished_at', now, 'worker', ARGV[1],
              'error_code', err['code'], 'error_message', err['message'])
-  redis.call('XADD', KEYS[2], '*', 'type', 'error', 'data', ARGV[5])
+  redis.call('XADD', KEYS[2], '*', 'type', 'error', 'data', cjson.encode(err))
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[4])
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', '10000', '*', 'id', ARGV[8], 'entry_id', ARGV[7],

@@ -12,6 +12,8 @@ import pytest
 import redis
 import torch
 
+from ops.bench.redis_server import RedisServer
+
 # No GPU in CI: Triton kernels run under the interpreter. Set before anything imports triton.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -95,3 +97,13 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     c = redis.Redis.from_url(redis_url, decode_responses=True)
     yield c
     c.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own (append-only file on), for tests that stop or restart
+    it: ``restart()`` keeps its data, ``stop()`` leaves clients with nothing to reach."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

@@ -208,8 +208,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         from worker.service.metrics import WorkerMetrics
 
         metrics = WorkerMetrics(config.name)
-        server = metrics.serve(port=args.metrics_port)
-        print(f"metrics: http://0.0.0.0:{server.port}/metrics", file=sys.stderr)
+        server = metrics.serve(port=args.metrics_port, host=args.metrics_host)
+        print(f"metrics: http://{args.metrics_host}:{server.port}/metrics", file=sys.stderr)
     engine = LLMEngine(engine_config(args))
     if config.chaos and (delay_s := float(os.environ.get("PATERNOSTER_CHAOS_STEP_DELAY_S", 0))):
         _slow_down(engine, delay_s)
@@ -271,9 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--stream-interval", type=int, default=1, help="tokens per token event")
     work.add_argument("--result-ttl-s", type=int, default=24 * 3600)
     work.add_argument(
-        "--isolate-tenant-caches",
-        action="store_true",
-        help="no prefix-cache sharing across tenants",
+        "--share-tenant-caches",
+        dest="isolate_tenant_caches",
+        action="store_false",
+        help="let tenants share cached prompt blocks (default: each tenant's are its own, so "
+        "no tenant can hit or time another's prompts)",
     )
     work.add_argument(
         "--urgent-reserve",
@@ -298,6 +300,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="serve Prometheus /metrics and /health on this port (default: off)",
+    )
+    work.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address /metrics and /health listen on (default loopback; 0.0.0.0 for a "
+        "scraper in another container)",
     )
     add_service_arguments(work)
     add_engine_arguments(work)

@@ -1,8 +1,9 @@
 """Fixtures for the gateway: a worker on the tiny model and gateways served by uvicorn.
 
-Everything here is per session: one worker and three gateways (plain, with bearer auth, and one
-on a prefix no worker reads, whose jobs stay queued) serve every gateway test, since an engine
-and a server cost about a second each to start and the tests share nothing but job ids.
+Everything here is per session: one worker and four gateways (plain, with bearer auth, and two
+on a prefix no worker reads, whose jobs stay queued, one of them with auth) serve every gateway
+test, since an engine and a server cost about a second each to start and the tests share
+nothing but job ids.
 """
 
 from __future__ import annotations
@@ -101,6 +102,17 @@ def idle_gateway(redis_url: str, gw_prefix: str) -> Iterator[Served]:
     timeouts so a waiting request ends quickly."""
     config = GatewayConfig(
         redis_url=redis_url, prefix=f"{gw_prefix}-idle", request_timeout_s=1.0, sse_ping_s=0.5
+    )
+    served = serve(config)
+    yield served
+    stop(served)
+
+
+@pytest.fixture(scope="session")
+def idle_auth_gateway(redis_url: str, gw_prefix: str) -> Iterator[Served]:
+    """The idle gateway's prefix (no worker) behind bearer auth: jobs stay queued."""
+    config = GatewayConfig(
+        redis_url=redis_url, prefix=f"{gw_prefix}-idle", tokens=TOKENS, request_timeout_s=1.0
     )
     served = serve(config)
     yield served

@@ -73,6 +73,32 @@ def test_unknown_job_is_404(gateway: Served) -> None:
             assert response.json()["error"]["code"] == "job_not_found"
 
 
+def test_ids_extending_another_are_jobs_of_their_own(gateway: Served) -> None:
+    """``order-77:events`` once named the key of ``order-77``'s events: submitted first, it left
+    ``order-77`` running with nowhere to publish."""
+    base = f"order-{uuid.uuid4().hex[:8]}"
+    longer = [f"{base}:events", f"{base}:events:events", f"{base}:job"]
+    with gateway.client() as client:
+        for job_id in [*longer, base]:
+            submit(client, prompt="Hi", max_tokens=2, job_id=job_id)
+        for job_id in [base, *longer]:
+            result = client.get(f"/v1/jobs/{job_id}/result", params={"timeout_s": 30})
+            assert result.status_code == 200, (job_id, result.text)
+            assert result.json()["job_id"] == job_id and result.json()["state"] == "done"
+            events = read_events(client, job_id)
+            assert (events[0]["event"], events[-1]["event"]) == ("started", "done")
+
+
+def test_another_jobs_key_is_not_a_job(gateway: Served) -> None:
+    with gateway.client() as client:
+        job_id = submit(client, prompt="Hi", max_tokens=1)
+        assert client.get(f"/v1/jobs/{job_id}/result").status_code == 200
+        for path in (f"/v1/jobs/{job_id}:events", f"/v1/jobs/{job_id}:events/result"):
+            response = client.get(path)
+            assert response.status_code == 404, (path, response.text)
+            assert response.json()["error"]["code"] == "job_not_found"
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [

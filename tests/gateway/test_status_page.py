@@ -21,6 +21,7 @@ import redis.asyncio as aredis
 
 from gateway import status as status_module
 from gateway.config import GatewayConfig
+from gateway.tenancy import IdScope
 from producer.fleet import WorkerInfo, live_workers, queue_depths
 from producer.keys import BANDS, Keys
 from tests.gateway.conftest import TOKENS, Served, serve, stop
@@ -125,8 +126,12 @@ def test_async_readers_agree_with_fleet(
 
 def test_status_with_auth(own_auth_gateway: Served, client: redis.Redis, key_prefix: str) -> None:
     keys = Keys(key_prefix)
-    fake_job(client, keys, "job-a", state="running", tenant="tenant-a")
-    fake_job(client, keys, "job-b", state="running", tenant="tenant-b")
+    # Behind auth a tenant's jobs are those in its id namespace (gateway.tenancy), listed under
+    # the ids it knows them by; one written under a bare id is no job of the gateway's tenants.
+    for tenant, job_id in (("tenant-a", "job-a"), ("tenant-b", "job-b")):
+        scoped = IdScope.of(tenant).internal(job_id)
+        fake_job(client, keys, scoped, state="running", tenant=tenant)
+    fake_job(client, keys, "job-bare", state="running", tenant="tenant-a")
     with own_auth_gateway.client() as anonymous:
         assert anonymous.get("/v1/status").status_code == 401
         page = anonymous.get("/status")  # the page has no data in it: open, like /docs

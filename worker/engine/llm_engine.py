@@ -28,10 +28,11 @@ from worker.engine.prompt import (
     encode_prompt,
 )
 from worker.engine.request_state import RequestState
-from worker.engine.sampler import Sampler, SamplingRequest, choice_seed
+from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs, choice_seed
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
+from worker.engine.step_faults import Failures, describe, run_contained, sample_contained
 from worker.engine.wait_reasons import WaitInfo
 from worker.models.cpu_kernels import use_cpu_kernels
 from worker.models.cpu_linear import pack_linears
@@ -119,6 +120,7 @@ class LLMEngine:
             prompt_token_ids = self.encode(prompt)
         ids = [int(t) for t in prompt_token_ids]
         self._check_prompt(ids)
+        params.check_vocab(self.model_config.vocab_size)
         arrival = next(self._arrivals)
         states: list[RequestState] = []
         live: list[RequestState] = []
@@ -187,20 +189,43 @@ class LLMEngine:
         self.last_num_batched_tokens = decision.num_batched_tokens
         if decision.is_empty:
             return outputs
-        result = self.runner.run(decision)
+        result, failed = run_contained(self.runner, decision)
         states = [self._states[sid] for sid in result.seq_ids]
         self.scheduler.update(decision)
-        if not states:
-            return outputs
-        sampled = self.sampler(
-            result.logits,
-            [SamplingRequest(s.seq.params, s.seq.num_output_tokens) for s in states],
-        )
-        for state, token, logprobs in zip(states, sampled.token_ids, sampled.logprobs, strict=True):
+        if states:
+            requests = [SamplingRequest(s.seq.params, s.seq.num_output_tokens) for s in states]
+            sampled, bad_rows = sample_contained(self.sampler, result.logits, requests)
+            failed |= {states[row].seq.seq_id: why for row, why in bad_rows.items()}
+            for state, token, lps in zip(states, sampled.token_ids, sampled.logprobs, strict=True):
+                if state.seq.seq_id not in failed:
+                    outputs += self._append(state, token, lps, failed)
+        return outputs + self._fail(failed)
+
+    def _append(
+        self, state: RequestState, token: int, logprobs: TokenLogprobs | None, failed: Failures
+    ) -> list[RequestOutput]:
+        try:
             out, reason = state.append(token, logprobs, self.eos_token_ids, self.max_model_len)
-            if reason is not None:
-                self._finish(state, reason)
-            outputs.append(out)
+        except Exception as exc:  # e.g. the detokenizer on one request: that request only
+            failed[state.seq.seq_id] = describe(exc)
+            return []
+        if reason is not None:
+            self._finish(state, reason)
+        return [out]
+
+    def _fail(self, failed: Failures) -> list[RequestOutput]:
+        """End every request one of whose choices failed in this step, all its choices, with
+        ``finish_reason`` error and what went wrong."""
+        outputs = []
+        for seq_id, why in failed.items():
+            state = self._states.get(seq_id)
+            states = self._requests.pop(state.seq.request_id, []) if state else []
+            for s in states:
+                if self._states.pop(s.seq.seq_id, None) is None:
+                    continue  # finished earlier
+                self.scheduler.finish(s.seq, FinishReason.ERROR)
+                out = s.output((), s.detokenizer.finish(), (), FinishReason.ERROR)
+                outputs.append(dataclasses.replace(out, error=why))
         return outputs
 
     def _finish(self, state: RequestState, reason: FinishReason) -> None:

@@ -15,7 +15,7 @@ class RequestOutput:
     new_token_ids: tuple[int, ...]
     text_delta: str  # safe to show: never half a UTF-8 character or a partial stop string
     finished: bool
-    finish_reason: str | None  # stop | length | stop_string | abort, when finished
+    finish_reason: str | None  # stop | length | stop_string | abort | error, when finished
     num_prompt_tokens: int
     num_output_tokens: int
     logprobs: tuple[TokenLogprobs, ...] = ()
@@ -23,6 +23,7 @@ class RequestOutput:
     # request is done when every choice has finished.
     index: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
+    error: str | None = None  # with finish_reason "error": what failed, for the caller
 
 
 @dataclass(frozen=True)

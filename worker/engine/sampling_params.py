@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from worker.engine.prompt import InvalidRequestError
+
 # Each choice is a sequence of its own in the batch; 16 keeps one request to a quarter of the
 # default 64-sequence batch.
 MAX_N = 16
 
 
-class InvalidSamplingParams(ValueError):
-    """A sampling parameter is out of range; the message names the field and the allowed range."""
+class InvalidSamplingParams(InvalidRequestError):
+    """A sampling parameter is out of range; the message names the field and the allowed range.
+    An ``InvalidRequestError``: the request can never run, so it is refused at admission."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,15 @@ class SamplingParams:
         # Lists are accepted for convenience and frozen so params stay hashable and immutable.
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "stop", tuple(self.stop))
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Raise unless every token id the params name is in the model's vocabulary: checked at
+        admission (``LLMEngine.add_request``, the job service's intake), because only then is
+        the vocabulary known, and a step must never meet an id it cannot index."""
+        bad = [t for t in self.stop_token_ids if not 0 <= t < vocab_size]
+        self._check(
+            not bad, "stop_token_ids", f"each must be in 0..{vocab_size - 1}, got {bad[:5]}"
+        )
 
     @staticmethod
     def _check(ok: bool, name: str, allowed: str) -> None:

@@ -19,6 +19,7 @@ class FinishReason(enum.StrEnum):
     LENGTH = "length"  # max_tokens, or the model's context
     STOP_STRING = "stop_string"
     ABORT = "abort"
+    ERROR = "error"  # this request failed inside a step (``step_faults``); the others go on
 
 
 # Unique over the process: the n choices of one request share a request id, so the runner's rows

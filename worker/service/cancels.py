@@ -54,6 +54,10 @@ class CancelListener(threading.Thread):
                 log.warning("cancel_read_failed", error=str(exc))
                 time.sleep(1.0)
                 continue
+            except Exception as exc:  # this thread must outlive any reply (NOGROUP-like, bugs)
+                log.exception("cancel_read_failed", error=repr(exc))
+                time.sleep(1.0)
+                continue
             for entry_id, fields in reply[0][1] if reply else []:
                 self._last_id = entry_id
                 if fields.get("id"):

@@ -32,9 +32,10 @@ class WorkerConfig:
     # Steps of events waiting for Redis at most; past it the model loop waits (bounded memory
     # when Redis is slow or away) instead of buffering without end.
     max_publish_backlog: int = 256
-    # Salt every job's prefix-cache blocks with its tenant (unless the job brings a cache_salt),
-    # so tenants never share cached prompts: no cross-tenant hits, and no timing side channel.
-    isolate_tenant_caches: bool = False
+    # Salt every job's prefix-cache blocks with its tenant (and its cache_salt, if any), so
+    # tenants never share cached prompts: no cross-tenant hits, and no timing side channel that
+    # tells B what A asked. Sharing across tenants (False, `--share-tenant-caches`) is opt-in.
+    isolate_tenant_caches: bool = True
     idle_wait_s: float = 0.05  # the model loop's sleep when it has nothing to run
     # Of max_jobs, slots only the interactive band may take: with every other slot held by
     # batch jobs, an urgent job is still read from Redis at once (then it preempts in the

@@ -63,7 +63,9 @@ def demo_jobs() -> list[DemoJob]:
         DemoJob(
             "long-prompt",
             {
-                "prompt": _LONG_TEXT * 6 + "\nIn one sentence, a paternoster is",
+                # 426 tokens: a long prefill, with room for 32 more in a 512-token context
+                # (the test model's; jobs that cannot fit are refused, not cut).
+                "prompt": _LONG_TEXT * 5 + "\nIn one sentence, a paternoster is",
                 "max_tokens": 32,
                 **greedy,
             },

@@ -21,7 +21,7 @@ import structlog
 
 from producer import scripts
 from producer.fleet import queue_depths
-from producer.keys import Keys, band_of, is_valid_job_id
+from producer.keys import DEAD_LETTER_MAXLEN, Keys, band_of, is_valid_job_id
 from producer.protocol import (
     ErrorCode,
     ErrorEvent,
@@ -29,7 +29,7 @@ from producer.protocol import (
     JobSpec,
     event_fields,
 )
-from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
+from worker.engine.sampling_params import SamplingParams
 from worker.service.config import WorkerConfig
 from worker.service.job_parsing import PromptLimits, Rejected, parse_job
 from worker.service.jobs import AdmittedJob
@@ -89,33 +89,36 @@ class Intake(threading.Thread):
             got = self._slots.take(self._slots.capacity, timeout_s=0.2)
             if got == 0:
                 continue
-            if self._retry:
-                retry, self._retry = self._retry[:got], self._retry[got:]
-                kept = sum(self._take_safely(*entry) for entry in retry)
-                self._slots.give(got - kept)
-                continue
-            if self.reclaimer is not None and self.reclaimer.due():
-                kept = self._recover(self.reclaimer, got)
-                if kept:  # jobs of a dead worker went to the model loop; read new ones next
-                    self._slots.give(got - kept)
-                    continue
+            kept = 0
             try:
-                entries = self._read(got)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                self._slots.give(got)
-                self._log.warning("intake_read_failed", error=str(exc))
+                kept = self._fill(got)
+            except Exception as exc:  # a dead intake is a live process that never takes a job
+                self._log.exception("intake_pass_failed", error=repr(exc))
                 time.sleep(1.0)
-                continue
-            except redis.ResponseError as exc:
-                # NOGROUP / UNBLOCKED: the jobs stream was deleted (or Redis restarted empty).
-                self._slots.give(got)
-                self._log.warning("intake_group_missing", error=str(exc))
-                self.ensure_group()
-                continue
-            self._slots.give(got - len(entries))
-            for stream, entry_id, fields in entries:
-                if not self._take_safely(stream, entry_id, fields):
-                    self._slots.give(1)
+            self._slots.give(got - kept)
+
+    def _fill(self, got: int) -> int:
+        """Fill up to ``got`` slots: retried claims first, then dead workers' jobs, then new
+        entries. Returns how many jobs went to the model loop (each keeps its slot)."""
+        if self._retry:
+            retry, self._retry = self._retry[:got], self._retry[got:]
+            return sum(self._take_safely(*entry) for entry in retry)
+        if self.reclaimer is not None and self.reclaimer.due():
+            kept = self._recover(self.reclaimer, got)
+            if kept:  # jobs of a dead worker went to the model loop; read new ones next
+                return kept
+        try:
+            entries = self._read(got)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self._log.warning("intake_read_failed", error=str(exc))
+            time.sleep(1.0)
+            return 0
+        except redis.ResponseError as exc:
+            # NOGROUP / UNBLOCKED: the jobs stream was deleted (or Redis restarted empty).
+            self._log.warning("intake_group_missing", error=str(exc))
+            self.ensure_group()
+            return 0
+        return sum(self._take_safely(stream, eid, fields) for stream, eid, fields in entries)
 
     def _recover(self, reclaimer: Reclaimer, limit: int) -> int:
         """Take over up to ``limit`` jobs of dead workers; the number now in the model loop."""
@@ -135,8 +138,7 @@ class Intake(threading.Thread):
     def _resume_safely(self, reclaimer: Reclaimer, orphan: Orphan) -> bool:
         job_id = orphan.fields.get("id", "")
         try:
-            spec, ids = parse_job(job_id, orphan.fields.get("payload"), self._limits)
-            params = SamplingParams(**spec.sampling.model_dump())
+            spec, ids, params = parse_job(job_id, orphan.fields.get("payload"), self._limits)
             times: Any = self._redis.hmget(
                 self.keys.job(job_id), "submitted_at", "started_at", "first_token_at"
             )
@@ -224,25 +226,12 @@ class Intake(threading.Thread):
         """Claim one entry; True when it went to the model loop (and keeps its slot)."""
         job_id = fields.get("id", "")
         if not is_valid_job_id(job_id):
-            # Nowhere to report it: no valid result stream name. Log and acknowledge.
-            self._log.error(
-                "job_rejected",
-                entry_id=entry_id,
-                job_id=job_id[:200],
-                tenant=None,  # its payload is not read: an id this bad says enough
-                code="invalid_id",
-            )
-            self._redis.xack(stream, self.keys.group, entry_id)
-            self._redis.xdel(stream, entry_id)
+            self._dead_letter_bad_id(stream, entry_id, fields)
             return False
         try:
-            spec, ids = parse_job(job_id, fields.get("payload"), self._limits)
-            params = SamplingParams(**spec.sampling.model_dump())
+            spec, ids, params = parse_job(job_id, fields.get("payload"), self._limits)
         except Rejected as exc:
             self._reject(stream, entry_id, job_id, exc.code, exc.message)
-            return False
-        except InvalidSamplingParams as exc:
-            self._reject(stream, entry_id, job_id, ErrorCode.INVALID_REQUEST, str(exc))
             return False
         except Exception as exc:  # e.g. a tokenizer failing on some input: this job, not us
             self._log.exception("job_parse_failed", job_id=job_id, tenant=None)
@@ -270,6 +259,28 @@ class Intake(threading.Thread):
         self._hand_over(job, spec)
         return True
 
+    def _dead_letter_bad_id(self, stream: str, entry_id: str, fields: Mapping[str, str]) -> None:
+        """An entry whose id names no valid result stream has nowhere to get its error event:
+        it moves, whole, to the dead-letter stream (``reason`` invalid_id), so nothing is lost
+        and nobody waits on it."""
+        job_id = fields.get("id", "")
+        self._log.error(
+            "job_rejected",
+            entry_id=entry_id,
+            job_id=job_id[:200],
+            tenant=None,  # its payload is not read: an id this bad says enough
+            code="invalid_id",
+        )
+        entry: dict[Any, Any] = {**fields, "entry_id": entry_id, "reason": "invalid_id"}
+        entry["worker"] = self.config.name
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.keys.dead_letter, entry, maxlen=DEAD_LETTER_MAXLEN, approximate=True)
+            pipe.xack(stream, self.keys.group, entry_id)
+            pipe.xdel(stream, entry_id)
+            pipe.execute()
+        if self.metrics is not None:
+            self.metrics.rejected(code="invalid_id")
+
     def _admitted(
         self,
         stream: str,
@@ -287,7 +298,7 @@ class Intake(threading.Thread):
             prompt_token_ids=tuple(ids),
             params=params,
             tenant=spec.tenant,
-            cache_salt=spec.cache_salt or self._tenant_salt(spec.tenant),
+            cache_salt=self._cache_salt(spec),
             submitted_at=float(submitted or 0.0),
             started_at=float(started or 0.0),
             clock_offset_s=self.clock_offset_s,
@@ -296,8 +307,13 @@ class Intake(threading.Thread):
             deadline=spec.deadline,
         )
 
-    def _tenant_salt(self, tenant: str) -> str | None:
-        return f"tenant:{tenant}" if self.config.isolate_tenant_caches else None
+    def _cache_salt(self, spec: JobSpec) -> str | None:
+        """Isolated (the default), the tenant is always part of the salt: a job cannot name
+        another tenant's salt to hit, or time, that tenant's cached prompts."""
+        if not self.config.isolate_tenant_caches:
+            return spec.cache_salt
+        # Length-prefixed: no tenant and salt pair spells another pair's salt.
+        return f"{len(spec.tenant)}:{spec.tenant}:{spec.cache_salt or ''}"
 
     def _reject(
         self, stream: str, entry_id: str, job_id: str, code: ErrorCode, message: str

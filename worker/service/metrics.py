@@ -10,6 +10,7 @@ Histogram buckets cover a 2-core CPU (BENCHMARKS.md: ~217 ms per step, TTFT up t
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ class WorkerMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.stale_after_s = stale_after_s
+        self._watched: tuple[threading.Thread, ...] = ()  # helper threads /health checks
         self._alive_at: float | None = None  # time.monotonic() of the loop's last mark_alive
         self._reported: set[str] = set()  # waiting reasons set since the previous step
         self._reasons = set(WAITING_REASONS)  # every reason ever set: each is zeroed when absent
@@ -243,11 +245,20 @@ class WorkerMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def watch(self, threads: Sequence[threading.Thread]) -> None:
+        """Started helper threads whose death fails /health: a worker whose intake died still
+        steps and heartbeats, but never takes another job."""
+        self._watched = tuple(threads)
+
     def health(self) -> tuple[int, dict[str, object]]:
-        """(HTTP status, body): 200 while the loop ran within ``stale_after_s``, else 503."""
+        """(HTTP status, body): 200 while the loop ran within ``stale_after_s`` and every
+        watched helper thread lives, else 503."""
         age = self.alive_age_s()
         if age is None:
             return 503, {"status": "starting", "last_step_age_s": None}
+        dead = [t.name for t in self._watched if not t.is_alive()]
+        if dead:
+            return 503, {"status": "thread_died", "dead_threads": dead, "last_step_age_s": age}
         ok = age <= self.stale_after_s
         body: dict[str, object] = {
             "status": "ok" if ok else "stale",
@@ -255,6 +266,7 @@ class WorkerMetrics:
         }
         return (200 if ok else 503), body
 
-    def serve(self, *, port: int, host: str = "0.0.0.0") -> MetricsServer:
-        """Serve /metrics and /health on a daemon thread; port 0 picks a free one (``.port``)."""
+    def serve(self, *, port: int, host: str = "127.0.0.1") -> MetricsServer:
+        """Serve /metrics and /health on a daemon thread; port 0 picks a free one (``.port``).
+        Loopback unless asked: metrics name tenants and jobs (``--metrics-host 0.0.0.0``)."""
         return MetricsServer(host, port, render=self.render, health=self.health)

@@ -129,6 +129,8 @@ class Publisher(threading.Thread):
                 continue
             except redis.ResponseError as exc:  # a command Redis refused: report, do not loop
                 log.error("publish_command_failed", error=str(exc), commands=len(commands))
+            except Exception as exc:  # e.g. an argument redis-py cannot encode: the thread lives
+                log.exception("publish_failed", error=repr(exc), commands=len(commands))
             break
         self.stats.round_trips += 1
         self.stats.commands += len(commands)

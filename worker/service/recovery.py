@@ -151,9 +151,11 @@ class Reclaimer:
         self, stream: str, entry_id: str, fields: Mapping[str, str], owner: str
     ) -> tuple[str, int]:
         job_id = fields.get("id", "")
-        message = (
-            f"job {job_id} was given up after {self.max_deliveries} deliveries: every worker "
-            "running it stopped without finishing it; it is in the dead-letter stream"
+        message = (  # RECLAIM fills in {deliveries}: how many workers ran it, not the limit
+            # No job id: behind the gateway's auth the stored id is tenant-scoped, and this
+            # message reaches the tenant (its error event and status).
+            "the job was given up after {deliveries} deliveries: every worker running it "
+            "stopped without finishing it; it is in the dead-letter stream"
         )
         error = event_fields(ErrorEvent(code=ErrorCode.DEAD_LETTER.value, message=message))
         keys = [self.keys.job(job_id), self.keys.events(job_id), stream, self.keys.dead_letter]

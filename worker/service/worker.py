@@ -18,6 +18,7 @@ import structlog
 from producer.keys import Keys
 from producer.protocol import ErrorCode
 from worker.engine.llm_engine import InvalidRequestError, LLMEngine
+from worker.engine.outputs import RequestOutput
 from worker.service.cancels import CancelListener
 from worker.service.config import WorkerConfig
 from worker.service.intake import Intake
@@ -52,6 +53,10 @@ class JobWorker:
         # write. (No TCP keepalive: the embedded Redis is a unix socket, which refuses it.)
         readers: dict[str, Any] = {
             "decode_responses": True,
+            # Entries come from any client: bytes that are not UTF-8 must not make a read raise
+            # (that ended the intake thread once). They decode to lone surrogates, which
+            # parse_job refuses as malformed_json, and encode back to the same bytes.
+            "encoding_errors": "surrogateescape",
             "socket_timeout": config.read_block_ms / 1000 + 10,
             "socket_connect_timeout": 10,
         }
@@ -98,8 +103,11 @@ class JobWorker:
         rest are handed back to other workers) and return."""
         self._join_redis()
         self.lease.start()
-        for thread in (self.publisher, self.cancels, self.intake):
+        helpers = (self.publisher, self.cancels, self.intake)
+        for thread in helpers:
             thread.start()
+        if self.metrics is not None:
+            self.metrics.watch((*helpers, self.lease))
         self._log.info(
             "worker_started",
             prefix=self.config.prefix,
@@ -169,10 +177,14 @@ class JobWorker:
         commands: list[Command] = []
         generated = 0
         started = time.perf_counter()
-        for out in self.engine.step():
+        for out in self._engine_step():
             generated += len(out.new_token_ids)
             job = self.active.get(out.request_id)
             if job is None:
+                continue
+            if out.error is not None:  # it failed inside the step; the others in it go on
+                commands += job.fail(ErrorCode.INTERNAL.value, f"the job failed: {out.error}")
+                self._end(job, "error")
                 continue
             had_token = job.first_token_at is not None
             commands += job.on_output(out)
@@ -195,6 +207,22 @@ class JobWorker:
         commands += self.reporter.waits(self.active)
         commands += self.reporter.heartbeat(draining)
         self.publisher.publish(commands)
+
+    def _engine_step(self) -> list[RequestOutput]:
+        """``engine.step()``; if it still raises (the engine contains what it can attribute to
+        one request), every job in the engine fails with an error event and the worker serves
+        on: a worker that died instead would have its jobs resumed elsewhere, where they would
+        fail the same way, up to max_deliveries workers."""
+        try:
+            return self.engine.step()
+        except Exception as exc:
+            self._log.exception("engine_step_failed", jobs=len(self.active), error=repr(exc))
+            message = f"the engine step failed: {type(exc).__name__}: {exc}"[:300]
+            for job in list(self.active.values()):
+                self.engine.abort(job.job.job_id)
+                self.publisher.publish(job.fail(ErrorCode.INTERNAL.value, message))
+                self._end(job, "error")
+            return []
 
     def _held_entries(self) -> set[str]:
         """Entry ids of the jobs this process holds (called from the intake thread)."""
@@ -258,8 +286,14 @@ class JobWorker:
                     tenant=job.tenant,
                     resume=job.resume,
                 )
-            except InvalidRequestError as exc:
+            except InvalidRequestError as exc:  # intake checks the same: only a resume gets here
                 self.publisher.publish(active.fail(ErrorCode.INVALID_PROMPT.value, str(exc)))
+                self._end(active, "error")
+                continue
+            except Exception as exc:  # not this worker's process to end
+                self._log.exception("job_admit_failed", job_id=job.job_id, error=repr(exc))
+                message = f"could not start the job: {exc!r}"[:300]
+                self.publisher.publish(active.fail(ErrorCode.INTERNAL.value, message))
                 self._end(active, "error")
                 continue
             self.active[job.job_id] = active
