@@ -13,7 +13,7 @@ from producer import scripts, waiting
 from producer.connection import key_prefix_from_env, open_client
 from producer.errors import JobNotFound
 from producer.keys import Keys, band_of
-from producer.protocol import Event, JobSpec, JobState
+from producer.protocol import Event, JobSpec, JobState, UnknownEvent
 from producer.reconnect import DEFAULT_RECONNECT, TRANSIENT_ERRORS, EventCursor, ReconnectPolicy
 from producer.results import JobResult, JobStatus
 
@@ -118,7 +118,7 @@ class Producer:
 
     def events(
         self, job_id: str, from_event: str = "0", block_ms: int | None = None
-    ) -> list[Event]:
+    ) -> list[Event | UnknownEvent]:
         """One read of the events after ``from_event``; waits up to ``block_ms`` for the first."""
         key = self.keys.events(job_id)
         reply: Any = self.redis.xread({key: from_event}, count=rq.READ_COUNT, block=block_ms)

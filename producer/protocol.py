@@ -190,6 +190,9 @@ class TokenLogprob(_Frozen):
 
 
 class _Event(_Frozen):
+    # Readers skip what they do not know, so a writer can add a field without breaking a
+    # deployed client: unknown fields are dropped when an event is read (docs/protocol.md).
+    model_config = ConfigDict(frozen=True, extra="ignore")
     # The Redis stream entry id, filled in when read; the `from_event` to resume after it.
     event_id: str | None = Field(default=None, exclude=True)
 
@@ -256,6 +259,14 @@ Event = Annotated[
 ]
 TERMINAL_EVENT_TYPES = frozenset({"done", "error", "cancelled", "expired"})
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_TYPES = frozenset({"started", "token", *TERMINAL_EVENT_TYPES})
+
+
+class UnknownEvent(_Event):
+    """An event of a type this reader does not know (a newer worker's): readers skip it, and
+    resume after its ``event_id``. No new event type is ever terminal: the six above end jobs."""
+
+    type: str
 
 
 def event_fields(event: _Event) -> dict[str, str]:
@@ -264,10 +275,14 @@ def event_fields(event: _Event) -> dict[str, str]:
     return {"type": kind, "data": event.model_dump_json(exclude_none=True)}
 
 
-def parse_event(event_id: str, fields: dict[str, str]) -> Event:
+def parse_event(event_id: str, fields: dict[str, str]) -> Event | UnknownEvent:
+    """The event of one stream entry; ``UnknownEvent`` for a type this version does not know."""
+    kind = fields.get("type")
+    if kind is not None and kind not in EVENT_TYPES:
+        return UnknownEvent(type=kind, event_id=event_id)
     event = _EVENT_ADAPTER.validate_json(fields["data"])
     return event.model_copy(update={"event_id": event_id})
 
 
-def is_terminal(event: Event) -> bool:
+def is_terminal(event: Event | UnknownEvent) -> bool:
     return event.type in TERMINAL_EVENT_TYPES

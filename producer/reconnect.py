@@ -18,7 +18,7 @@ import redis
 
 from producer import requests as rq
 from producer.errors import JobTimeout, RedisUnavailable
-from producer.protocol import Event, is_terminal
+from producer.protocol import Event, UnknownEvent, is_terminal
 
 # What a restart or a dropped connection raises: refused connects, "Connection closed by
 # server", socket timeouts, and LOADING while a restarted Redis replays its append-only file
@@ -88,12 +88,15 @@ class EventCursor:
         """How long the next ``XREAD`` may wait."""
         return rq.remaining_ms(self.deadline)
 
-    def accept(self, batch: Sequence[Event]) -> list[Event]:
-        """A successful read: the events to deliver, up to the terminal one; ends any outage."""
+    def accept(self, batch: Sequence[Event | UnknownEvent]) -> list[Event]:
+        """A successful read: the events to deliver, up to the terminal one; ends any outage.
+        Events of unknown types are read past and not delivered."""
         self.check_job, self.failures, self.outage_since = False, 0, None
         delivered: list[Event] = []
         for event in batch:
             self.from_event = event.event_id or self.from_event
+            if isinstance(event, UnknownEvent):
+                continue
             delivered.append(event)
             if is_terminal(event):
                 self.finished = True

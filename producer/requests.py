@@ -19,6 +19,7 @@ from producer.protocol import (
     JobSpec,
     JobState,
     SamplingSpec,
+    UnknownEvent,
     event_fields,
     parse_event,
     parse_priority,
@@ -119,7 +120,9 @@ def cancel_args(job_id: str, ttl_s: int, prefix: str) -> list[str]:
     return [job_id, str(ttl_s), event_fields(CancelledEvent())["data"], prefix]
 
 
-def parse_entries(entries: Sequence[tuple[str, Mapping[str, str]]]) -> list[Event]:
+def parse_entries(
+    entries: Sequence[tuple[str, Mapping[str, str]]],
+) -> list[Event | UnknownEvent]:
     return [parse_event(entry_id, dict(fields)) for entry_id, fields in entries]
 
 

@@ -17,6 +17,7 @@ from producer.protocol import (
     StartedEvent,
     Timings,
     TokenEvent,
+    UnknownEvent,
     Usage,
 )
 
@@ -113,7 +114,8 @@ class JobResult:
             self.choices.append(ChoiceResult(len(self.choices)))
         return self.choices[index]
 
-    def apply(self, event: Event) -> None:
+    def apply(self, event: Event | UnknownEvent) -> None:
+        """Take one event into the result; an event of an unknown type changes nothing."""
         if isinstance(event, StartedEvent):
             self.worker = event.worker
         elif isinstance(event, TokenEvent):

@@ -263,3 +263,22 @@ def test_a_job_added_by_hand_with_xadd_is_claimed(
     worker.token(job, "ok", [1])
     worker.done(job)
     assert producer.result("raw-1").text == "ok"
+
+
+def test_readers_skip_event_types_and_fields_they_do_not_know(
+    producer: Producer, worker: FakeWorker
+) -> None:
+    """A newer worker may add an event type or a field: a deployed client reads on."""
+    handle = producer.submit("hi", max_tokens=2)
+    job = worker.take()
+    events = producer.keys.events(job.job_id)
+    producer.redis.xadd(events, {"type": "progress", "data": json.dumps({"type": "progress"})})
+    worker.token(job, "a", [7])
+    token = {"type": "token", "index": 1, "text": "b", "token_ids": [8], "new_field": 1}
+    producer.redis.xadd(events, {"type": "token", "data": json.dumps(token)})
+    producer.redis.xadd(events, {"type": "heartbeat", "data": "not even JSON"})
+    worker.done(job)
+    got = list(producer.stream(handle.job_id, timeout_s=10))
+    assert [e.type for e in got] == ["started", "token", "token", "done"]
+    result = handle.result(timeout_s=10)
+    assert result.text == "ab" and list(result.token_ids) == [7, 8]
