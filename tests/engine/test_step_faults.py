@@ -120,3 +120,20 @@ def test_a_detokenizer_failure_fails_only_its_request(
     assert [tokens(outs[f"ok-{i}"]) for i in range(3)] == expected
     assert [o.finish_reason for o in outs["poison"]] == ["error"]
     free_when_idle(engine)
+
+
+def test_scheduler_update_works_from_the_output_it_is_given(engine: LLMEngine) -> None:
+    """No hidden replay of the last plan: the output says what was computed; applying one twice
+    is refused, and a sequence that ended in between is skipped."""
+    engine.add_request("a", PROMPTS[0], GREEDY)
+    engine.add_request("b", PROMPTS[2], GREEDY)
+    scheduler = engine.scheduler
+    out = scheduler.schedule()
+    (seq_b,) = [s for s in scheduler.running if s.request_id == "b"]
+    engine.abort("b")  # ends between the plan and its update
+    scheduler.update(out)
+    (seq_a,) = scheduler.running
+    assert seq_a.num_computed_tokens == seq_a.num_prompt_tokens
+    assert seq_b.num_computed_tokens == 0
+    with pytest.raises(ValueError, match="stale"):
+        scheduler.update(out)

@@ -49,8 +49,6 @@ class Scheduler:
         # A request's other choices (params.n > 1), held until its first choice has computed
         # the prompt; keyed by that first choice.
         self._forks: dict[Sequence, list[Sequence]] = {}
-        # What the last `schedule` planned, applied by `update` once the runner has run it.
-        self._last_planned: list[tuple[Sequence, int]] = []
 
     # -- requests in and out -------------------------------------------------------------------
 
@@ -231,15 +229,21 @@ class Scheduler:
         return {t for t, n in counts.items() if n >= cap}
 
     def _output(self, planned: dict[Sequence, int], preempted: list[Sequence]) -> SchedulerOutput:
-        self._last_planned = list(planned.items())
         return SchedulerOutput.build(planned.items(), preempted)
 
     def update(self, output: SchedulerOutput) -> None:
         """After the runner ran ``output``: its scheduled tokens are now computed (and the blocks
-        they filled are cached)."""
-        for seq, num_new in self._last_planned:
+        they filled are cached). Works from ``output`` alone: a sequence that finished or was
+        aborted since it was scheduled is skipped."""
+        running = {s.seq_id: s for s in self.running}
+        for item in output.scheduled:
+            seq = running.get(item.seq_id)
+            if seq is None:
+                continue
+            if seq.num_computed_tokens != item.num_computed_tokens:
+                raise ValueError(f"stale step for sequence {item.seq_id}: applied twice?")
             before = seq.num_computed_tokens
-            seq.num_computed_tokens += num_new
+            seq.num_computed_tokens += item.num_scheduled_tokens
             self.num_prompt_tokens_computed += max(
                 0, min(seq.num_prompt_tokens, seq.num_computed_tokens) - before
             )
@@ -248,4 +252,3 @@ class Scheduler:
                 self.fair_share.charge(seq.tenant, output_tokens=1)
             if seq.num_computed_tokens >= seq.num_prompt_tokens:
                 self._release_forks(seq)
-        self._last_planned = []
