@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -77,8 +78,20 @@ def _build() -> ModuleType:
         raise RuntimeError("no C++ compiler (c++ or g++) on PATH")
     if not cpp_extension.is_ninja_available():
         raise RuntimeError("ninja is not installed (pip install ninja)")
+    name = module_name()
+    # torch caches builds in <extensions dir>/<name>/ (a private helper names it; the message is
+    # skipped if a torch ever drops it). A build is 45 s of silence on 2 cores: say so, once.
+    where = getattr(cpp_extension, "_get_build_directory", None)
+    built = Path(where(name, verbose=False)) / f"{name}.so" if where else None
+    if built is not None and not built.exists():
+        print(
+            "Compiling the C++ CPU kernels for this machine, once (about 45 s; cached in "
+            f"{built.parent.parent})...",
+            file=sys.stderr,
+            flush=True,
+        )
     module = cpp_extension.load(
-        name=module_name(),
+        name=name,
         sources=[str(source) for source in SOURCES],
         extra_cflags=CFLAGS,
         extra_ldflags=LDFLAGS,

@@ -248,6 +248,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     configure_logging("warning")  # the demo's own output is the point; job logs would bury it
     url, embedded = resolve_redis_url(args.redis_url)
+    where = "an embedded redis-server" if embedded is not None else "REDIS_URL's"  # no secrets
+    print(f"demo: using {where}; loading the model...", file=sys.stderr, flush=True)
     try:
         return run_demo(LLMEngine(engine_config(args)), url)
     finally:

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,6 +70,15 @@ def convert_gguf(gguf: Path, cache_root: Path) -> Path:
     key = f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{CONVERTER_VERSION}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     target = cache_root / "models" / f"{gguf.stem}-{digest}"
+    if not (target / "config.json").exists():
+        # The first run's longest silent wait after installing (40 s for the bundled 98 MB
+        # file on 2 cores): say what it is, once.
+        print(
+            f"Converting {gguf.name} to a Hugging Face directory, once (about 40 s for 100 MB;"
+            f" cached in {target.parent})...",
+            file=sys.stderr,
+            flush=True,
+        )
     return write_once(target, lambda out: _write_hf_dir(gguf, out))
 
 
