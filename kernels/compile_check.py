@@ -81,7 +81,7 @@ def signature_type(value: Any) -> str:
 def describe(signature: dict[str, str], constexprs: dict[str, Any]) -> str:
     pointers = [t for t in signature.values() if t.startswith("*")]
     dtype = signature.get("k_cache_ptr") or pointers[0]  # the cache's, else the first pointer's
-    keys = ("HEAD_SIZE", "PAGE_SIZE", "GROUP", "DOT_PRECISION")
+    keys = ("HEAD_SIZE", "PAGE_SIZE", "GROUP", "DOT_PRECISION", "WIDTH", "HAS_RESIDUAL", "HALF")
     return f"{dtype} " + " ".join(f"{k}={constexprs[k]}" for k in keys if k in constexprs)
 
 
@@ -93,6 +93,7 @@ def compile_all(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values()
 
     import kernels.triton_decode as decode
     import kernels.triton_kv_write as kv_write
+    import kernels.triton_layer_ops as layer_ops
     import kernels.triton_prefill as prefill
 
     target = GPUTarget("cuda", arch, 32)
@@ -103,6 +104,9 @@ def compile_all(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values()
         (decode, "_merge_splits_kernel"),
         (prefill, "_paged_prefill_kernel"),
         (kv_write, "_write_kv_kernel"),
+        (layer_ops, "_rms_norm_kernel"),
+        (layer_ops, "_rotary_kernel"),
+        (layer_ops, "_silu_and_mul_kernel"),
     ):
         setattr(module, name, CompileOnly(getattr(module, name), target, built))
         # CPU tensors stand in for CUDA ones: no device check, and the CUDA path's dot flags
@@ -112,6 +116,7 @@ def compile_all(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values()
             module.dot_flags = functools.partial(cuda_dot_flags, module.dot_flags)
     for dtype in dtypes:
         launch_all(dtype, decode, prefill, kv_write)
+        launch_layer_ops(dtype, layer_ops)
     return built
 
 
@@ -143,6 +148,25 @@ def launch_all(dtype: torch.dtype, decode: Any, prefill: Any, kv_write: Any) -> 
     )
     kv = torch.zeros(3, hkv, d, dtype=torch.float32)  # an fp32 projection into any cache dtype
     kv_write.write_kv(kv, kv, k_cache, v_cache, torch.tensor([0, 5, 17]))
+
+
+def launch_layer_ops(dtype: torch.dtype, layer_ops: Any) -> None:
+    # Llama-3-8B's layer (hidden 4096, 32 q on 8 KV heads of 128, intermediate 14336), a
+    # Qwen3-style q norm over strided heads of a fused QKV row (many rows per program), and
+    # SmolLM2's rotary (9 q on 3 KV heads of 64: head counts that are not powers of two).
+    tokens, hidden, hq, hkv, d = 3, 4096, 32, 8, 128
+    x, residual = torch.zeros(tokens, hidden, dtype=dtype), torch.zeros(tokens, hidden, dtype=dtype)
+    layer_ops.add_rms_norm_(x, residual, torch.ones(hidden, dtype=dtype), 1e-5)
+    layer_ops.rms_norm(x, torch.ones(hidden, dtype=dtype), 1e-5)
+    qkv = torch.zeros(tokens, (hq + 2 * hkv) * d, dtype=dtype)
+    q = qkv[:, : hq * d].view(tokens, hq, d)
+    k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
+    layer_ops.rms_norm(q, torch.ones(d, dtype=dtype), 1e-6)
+    cos = torch.zeros(tokens, 1, d // 2)
+    layer_ops.rotary_(q, k, cos, cos)
+    small = torch.zeros(tokens, 15, 64, dtype=dtype)
+    layer_ops.rotary_(small[:, :9], small[:, 9:12], cos[..., :32], cos[..., :32])
+    layer_ops.silu_and_mul(torch.zeros(tokens, 2 * 14336, dtype=dtype))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Pure-torch paged attention: the CPU path of the engine and the reference for the Triton kernels.
+"""Pure-torch references for the kernels: paged attention (also the engine's CPU path), layer ops.
 
 Layout shared by every kernel in this package (the Triton ones must match it exactly):
 
@@ -163,3 +163,38 @@ def paged_attention(
     return paged_prefill_attention(
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale
     )
+
+
+# -- Per-token layer ops: the references for `kernels.triton_layer_ops` ---------------------------
+# The arithmetic of `worker.models.layers` (tests hold the two equal), spelled out without the
+# fused torch calls the model takes in fp32: statistics in float32, results rounded to the
+# activation dtype where the model rounds them.
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``weight * (x / rms(x))`` over the last dim; normalised in fp32, then rounded."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rms_norm(x + residual), x + residual)``; the sum is rounded before it is normalised."""
+    total = x + residual
+    return rms_norm(total, weight, eps), total
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of ``x`` ``(T, H, D)`` by float32 ``cos``/``sin`` ``(T, D/2)``."""
+    half = x.shape[-1] // 2
+    cos, sin = cos.reshape(x.shape[0], 1, half), sin.reshape(x.shape[0], 1, half)
+    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of ``(T, 2d)`` rows holding ``[gate | up]``."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up

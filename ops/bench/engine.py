@@ -4,6 +4,7 @@
     python ops/bench/engine.py --num-requests 6 --scale 0.1     # smoke test: under 2 min, 2 cores
     python ops/bench/engine.py --systems ours,hf-cb --hf-sequential
     python ops/bench/engine.py --device cuda --model DIR --kv-cache-bytes 8e9   # GPU, bf16
+    python ops/bench/engine.py --workload nano-vllm --num-requests 256   # nano-vllm's bench.py
 
 Every system runs the same requests (random token ids, forced output lengths, greedy) one after
 another in this process, on the same fp32 weights and torch thread count:
@@ -85,6 +86,9 @@ CLASSES = (
     RequestClass("long-prompt", (512, 2048), (16, 64), 0.17),
     RequestClass("long-gen", (32, 64), (256, 640), 0.23),
 )
+# nano-vllm's bench.py: prompt and output lengths each uniform in 100-1024, EOS ignored.
+NANO_VLLM = (RequestClass("nano-vllm", (100, 1024), (100, 1024), 1.0),)
+WORKLOADS = {"mix": CLASSES, "nano-vllm": NANO_VLLM}
 
 
 @dataclass(frozen=True)
@@ -139,9 +143,15 @@ def stratified(rng: random.Random, bounds: tuple[int, int], k: int) -> list[int]
     return values
 
 
-def make_workload(n: int, seed: int, scale: float, token_ids: Sequence[int]) -> list[BenchRequest]:
+def make_workload(
+    n: int,
+    seed: int,
+    scale: float,
+    token_ids: Sequence[int],
+    classes: Sequence[RequestClass] = CLASSES,
+) -> list[BenchRequest]:
     rng = random.Random(seed)
-    counts = class_counts(n, [c.weight for c in CLASSES])
+    counts = class_counts(n, [c.weight for c in classes])
     lengths = {
         c.name: list(
             zip(
@@ -150,9 +160,9 @@ def make_workload(n: int, seed: int, scale: float, token_ids: Sequence[int]) -> 
                 strict=True,
             )
         )
-        for c, k in zip(CLASSES, counts, strict=True)
+        for c, k in zip(classes, counts, strict=True)
     }
-    kinds = [c.name for c, k in zip(CLASSES, counts, strict=True) for _ in range(k)]
+    kinds = [c.name for c, k in zip(classes, counts, strict=True) for _ in range(k)]
     rng.shuffle(kinds)
     requests = []
     for i, kind in enumerate(kinds):
@@ -162,10 +172,12 @@ def make_workload(n: int, seed: int, scale: float, token_ids: Sequence[int]) -> 
     return requests
 
 
-def workload_totals(workload: Sequence[BenchRequest]) -> dict[str, Any]:
+def workload_totals(
+    workload: Sequence[BenchRequest], classes: Sequence[RequestClass] = CLASSES
+) -> dict[str, Any]:
     prompt = sum(len(r.prompt_ids) for r in workload)
     output = sum(r.output_len for r in workload)
-    per_class = {c.name: sum(r.kind == c.name for r in workload) for c in CLASSES}
+    per_class = {c.name: sum(r.kind == c.name for r in workload) for c in classes}
     return {
         "num_requests": len(workload),
         "prompt_tokens": prompt,
@@ -245,6 +257,7 @@ def run_ours(
             dtype=OUR_DTYPES[name] or args.dtype,  # type: ignore[arg-type]
             num_threads=args.threads,
             linear_backend=args.linear_backend,
+            enforce_eager=args.enforce_eager,
             cache=CacheConfig(memory_bytes=args.kv_cache_bytes),
             scheduler=SchedulerConfig(
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens
@@ -565,6 +578,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"comma list of {', '.join(SYSTEMS)}")
     p.add_argument("--hf-sequential", action="store_true", help="also run hf-seq")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="mix")
+    p.add_argument("--enforce-eager", action="store_true", help="ours: no CUDA graphs")
     p.add_argument("--num-requests", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every length range")
@@ -665,8 +680,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.model_dir = resolve_model_dir(args.model)
     mc = ModelConfig.from_dir(args.model_dir)
     token_ids = normal_token_ids(load_tokenizer(args.model_dir), mc.vocab_size)
-    workload = make_workload(args.num_requests, args.seed, args.scale, token_ids)
-    totals = workload_totals(workload)
+    classes = WORKLOADS[args.workload]
+    workload = make_workload(args.num_requests, args.seed, args.scale, token_ids, classes)
+    totals = workload_totals(workload, classes)
     print(
         f"workload: {totals['num_requests']} requests {totals['requests_per_class']}, "
         f"{totals['prompt_tokens']} prompt + {totals['output_tokens']} output tokens",
@@ -698,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "config": config,
         "environment": env,
         "workload": totals,
-        "classes": [asdict(c) for c in CLASSES],
+        "classes": [asdict(c) for c in classes],
         "matmul_gflop_s": ceiling,
         "matmul_bf16_gflop_s": ceiling_bf16,
         "useful_gflop": flops["total"] / 1e9,

@@ -1,21 +1,37 @@
 #!/usr/bin/env bash
-# Everything that needs a CUDA GPU, in one pass that fits a short lease (about 7 minutes on an H200):
-#   1. the Triton kernel tests, compiled on the GPU instead of interpreted on the CPU;
-#   2. ops/bench/kernels.py's full decode grid (bandwidth against the copy ceiling, SDPA);
-#   3. ops/bench/engine.py on CUDA: ours against HF continuous batching on a random-weight model
-#      of Llama-3.2-1B's shape (bf16), then ours alone on 4x the requests.
+# Everything that needs a CUDA GPU, in one unattended pass that fits a 15-minute lease:
+#   1. the Triton kernel tests (the fused layer ops first), compiled on the GPU, not interpreted;
+#   2. random weights in Llama-3.2-1B's and Qwen3-0.6B's shapes (bf16, SmolLM2's tokenizer);
+#   3. ops/bench/engine.py on the 64-request mix: ours against HF continuous batching;
+#   4. ops/bench/gpu_steps.py: ms per decode step at batch 1-256 against its byte floor (weights
+#      + the K/V it reads, over a measured device copy), and the share of it the GPU sat idle;
+#   5. nano-vllm's workload (256 requests, prompt and output lengths uniform in 100-1024, EOS
+#      ignored): ours on both shapes (NANO_HF_CB=1 adds HF continuous batching on Llama's);
+#   6. the mix at 4x the requests, ours alone; ops/bench/kernels.py's decode grid;
+#   7. a digest of every JSON report (ops/bench/gpu_summary.py): the tool returns only the tail.
 #
 #   OUT=results/gpu TOKENIZER=dir-with-config-and-tokenizer bash ops/bench/gpu_check.sh
+#   SMOKE=1 OUT=/tmp/gpu-smoke TOKENIZER=dir bash ops/bench/gpu_check.sh   # CPU, tiny, ~2 min
 #
-# Argument-rejection tests stay on the CPU (they pass CPU tensors on purpose).
-# Each part has its own time limit and a failing part does not stop the next, so one run says as
-# much as it can. Logs and JSON land in $OUT. Missing pure-Python packages (redis, pydantic, our
-# transformers pin) can come as wheels in .whl/ (see the device tool's README).
+# SMOKE=1 runs the same lines on the CPU at tiny sizes (shapes tiny and tiny-qwen3, a few
+# requests, batch 1 and 3) and skips the two CUDA-only parts (kernel tests, decode grid), so the
+# script's own plumbing is proven before a lease is spent on it.
+# Time budget: each part has its own `timeout`, and a failing or killed part does not stop the
+# next, so one run says as much as it can. The limits, in seconds, in the order they run:
+#   environment 5 + 10, kernel tests 120, random Llama 30, random Qwen3 25,
+#   engine mix 110 (HF CB took 48 s on 2026-11-30; it gives up itself after 55 s, so the report
+#   and ours' figures are still written), steps Llama 45, nano-vllm Qwen3 60, nano-vllm Llama 55,
+#   steps Qwen3 40, mix x4 35, decode grid 30 (it prints each case as it goes), digest 5
+#   = 570 s, 9.5 min at worst, within the 10 a lease command may run. NANO_HF_CB=1 adds 120 s.
+# The parts most worth their time run first. Argument-rejection tests stay on the CPU (they pass
+# CPU tensors on purpose). Logs and JSON land in $OUT. Missing pure-Python packages (redis,
+# pydantic, our transformers pin) can come as wheels in .whl/ (see the device tool's README).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-ops/bench/results/gpu}
 TOKENIZER=${TOKENIZER:-.gpu/tokenizer}
 MODEL_DIR=${MODEL_DIR:-/tmp/paternoster-llama-1b}
+QWEN3_DIR=${QWEN3_DIR:-/tmp/paternoster-qwen3-0.6b}
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -24,38 +40,110 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
-section() { echo; echo "=== $1 ($(date +%T))"; }
+section() { echo; echo "=== $1 ($(date +%T), ${SECONDS}s in)"; }
+# KV for 256 requests of up to 2048 tokens: 115 KB a token in Qwen3-0.6B's shape (33 GB at the
+# mean of 1,124 tokens), 32 KB in Llama-3.2-1B's (9 GB); the mix's 64 requests need far less.
+if [ -n "${SMOKE:-}" ]; then
+    DEVICE=cpu THREADS=2 LLAMA_SHAPE=tiny QWEN3_SHAPE=tiny-qwen3 WEIGHT_DTYPE=float32
+    MIX_N=4 MIX4_N=8 MIX_SCALE=0.05 NANO_N=4 NANO_SCALE=0.02
+    KV_MIX=64e6 KV_NANO_QWEN3=64e6 KV_NANO_LLAMA=64e6 KV_STEPS_QWEN3=64e6
+    STEPS_ARGS=(--batch-sizes 1,3 --context 9 --steps 2 --warmup 1 --profile-steps 1)
+else
+    DEVICE=cuda THREADS=8 LLAMA_SHAPE=llama-3.2-1b QWEN3_SHAPE=qwen3-0.6b WEIGHT_DTYPE=bfloat16
+    MIX_N=64 MIX4_N=256 MIX_SCALE=1 NANO_N=256 NANO_SCALE=1
+    KV_MIX=16e9 KV_NANO_QWEN3=48e9 KV_NANO_LLAMA=24e9 KV_STEPS_QWEN3=24e9
+    STEPS_ARGS=()  # batch 1, 8, 32, 64, 128, 256 at 512-token prompts: gpu_steps.py's defaults
+fi
+# Ours and HF on the same requests: 256 rows a step at most, prefill chunks of 8192 tokens.
+ENGINE_ARGS=(--device $DEVICE --threads $THREADS --keep-going --max-num-seqs 256
+    --max-num-batched-tokens 8192)
 
 section environment
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv \
-    | tee "$OUT/env.txt"
-python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton",
-triton.__version__, "transformers", transformers.__version__, torch.cuda.get_device_name())' \
-    | tee -a "$OUT/env.txt"
+timeout 5 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm \
+    --format=csv | tee "$OUT/env.txt"
+timeout 10 python3 -c 'import torch, triton, transformers; print("torch", torch.__version__,
+"triton", triton.__version__, "transformers", transformers.__version__,
+torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")' | tee -a "$OUT/env.txt"
 
-section "kernel tests on the GPU"
-PATERNOSTER_TEST_DEVICE=cuda timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE \
-    tests/kernels/test_triton_decode.py tests/kernels/test_triton_prefill.py \
-    tests/kernels/test_triton_kv_write.py tests/kernels/test_triton_backend.py \
-    tests/kernels/test_triton_sweep.py -k "not rejects" >"$OUT/kernel_tests.log" 2>&1
-echo "pytest exit $?"
-tail -25 "$OUT/kernel_tests.log"
+if [ $DEVICE = cpu ]; then
+    # The C++ kernels build once (45 s on 2 cores) with no limit, in a directory of this run's
+    # own: a build killed by a part's timeout leaves torch's lock file behind and every later
+    # load waits on it for ever, and another checkout's build of the same sources (other paths)
+    # would rebuild them under a part's limit.
+    export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/paternoster-smoke-extensions}
+    section "C++ CPU kernels"
+    python3 -c 'from kernels import cpu_ops; print("cpu_ops", cpu_ops.load() is not None)'
+fi
 
-section "decode kernel grid"
-timeout 110 python3 ops/bench/kernels.py --out "$OUT/decode.json" >"$OUT/decode.log" 2>&1
-echo "kernels.py exit $?"
-tail -32 "$OUT/decode.log"
+if [ $DEVICE = cuda ]; then
+    section "kernel tests on the GPU"
+    PATERNOSTER_TEST_DEVICE=cuda timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE \
+        tests/kernels/test_triton_layer_ops.py tests/kernels/test_gpu_kernels.py \
+        tests/kernels/test_triton_decode.py tests/kernels/test_triton_prefill.py \
+        tests/kernels/test_triton_kv_write.py tests/kernels/test_triton_backend.py \
+        tests/kernels/test_triton_sweep.py -k "not rejects" >"$OUT/kernel_tests.log" 2>&1
+    echo "pytest exit $?"
+    tail -25 "$OUT/kernel_tests.log"
+fi
 
-section "engine: random Llama-3.2-1B shape, bf16"
-timeout 60 python3 ops/bench/random_model.py --shape llama-3.2-1b --tokenizer "$TOKENIZER" \
-    --out "$MODEL_DIR" --device cuda 2>&1 | grep -v "shards"
-timeout 150 python3 ops/bench/engine.py --device cuda --model "$MODEL_DIR" --threads 8 \
-    --systems ours,hf-cb --keep-going --kv-cache-bytes 16e9 --max-num-seqs 256 \
-    --max-num-batched-tokens 8192 --out "$OUT/engine.json" >"$OUT/engine.log" 2>&1
+section "random weights: $LLAMA_SHAPE and $QWEN3_SHAPE shapes, $WEIGHT_DTYPE"
+timeout 30 python3 ops/bench/random_model.py --shape $LLAMA_SHAPE --tokenizer "$TOKENIZER" \
+    --out "$MODEL_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 | grep -v "shards"
+timeout 25 python3 ops/bench/random_model.py --shape $QWEN3_SHAPE --tokenizer "$TOKENIZER" \
+    --out "$QWEN3_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 | grep -v "shards"
+
+section "engine: the 64-request mix on Llama-3.2-1B's shape, ours and HF CB"
+timeout 110 python3 ops/bench/engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
+    --systems ours,hf-cb --hf-cb-timeout-s 55 --num-requests $MIX_N --scale $MIX_SCALE \
+    --kv-cache-bytes $KV_MIX --out "$OUT/engine.json" >"$OUT/engine.log" 2>&1
 echo "engine.py exit $?"
-tail -12 "$OUT/engine.log"
-timeout 70 python3 ops/bench/engine.py --device cuda --model "$MODEL_DIR" --threads 8 \
-    --systems ours --num-requests 256 --kv-cache-bytes 16e9 --max-num-seqs 256 \
-    --max-num-batched-tokens 8192 --out "$OUT/engine256.json" >"$OUT/engine256.log" 2>&1
+tail -8 "$OUT/engine.log"
+
+section "decode steps against their byte floor: Llama-3.2-1B's shape"
+timeout 45 python3 ops/bench/gpu_steps.py --device $DEVICE --model "$MODEL_DIR" \
+    "${STEPS_ARGS[@]}" --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama.json" \
+    >"$OUT/steps_llama.log" 2>&1
+echo "gpu_steps.py exit $?"
+tail -8 "$OUT/steps_llama.log"
+
+section "nano-vllm's workload: Qwen3-0.6B's shape, ours"
+timeout 60 python3 ops/bench/engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" \
+    --workload nano-vllm --num-requests $NANO_N --scale $NANO_SCALE --systems ours \
+    --kv-cache-bytes $KV_NANO_QWEN3 --out "$OUT/nano_qwen3.json" >"$OUT/nano_qwen3.log" 2>&1
+echo "engine.py exit $?"
+tail -5 "$OUT/nano_qwen3.log"
+
+NANO_SYSTEMS=ours NANO_LIMIT=55
+[ -n "${NANO_HF_CB:-}" ] && NANO_SYSTEMS=ours,hf-cb NANO_LIMIT=175
+section "nano-vllm's workload: Llama-3.2-1B's shape, $NANO_SYSTEMS"
+timeout $NANO_LIMIT python3 ops/bench/engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
+    --workload nano-vllm --num-requests $NANO_N --scale $NANO_SCALE --systems $NANO_SYSTEMS \
+    --hf-cb-timeout-s 100 --kv-cache-bytes $KV_NANO_LLAMA --out "$OUT/nano_llama.json" \
+    >"$OUT/nano_llama.log" 2>&1
+echo "engine.py exit $?"
+tail -6 "$OUT/nano_llama.log"
+
+section "decode steps against their byte floor: Qwen3-0.6B's shape"
+timeout 40 python3 ops/bench/gpu_steps.py --device $DEVICE --model "$QWEN3_DIR" \
+    "${STEPS_ARGS[@]}" --kv-cache-bytes $KV_STEPS_QWEN3 --out "$OUT/steps_qwen3.json" \
+    >"$OUT/steps_qwen3.log" 2>&1
+echo "gpu_steps.py exit $?"
+tail -8 "$OUT/steps_qwen3.log"
+
+section "engine: the mix at 256 requests, ours alone"
+timeout 35 python3 ops/bench/engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
+    --systems ours --num-requests $MIX4_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX \
+    --out "$OUT/engine256.json" >"$OUT/engine256.log" 2>&1
 echo "engine.py (256 requests) exit $?"
-tail -8 "$OUT/engine256.log"
+tail -4 "$OUT/engine256.log"
+
+if [ $DEVICE = cuda ]; then
+    section "decode kernel grid"
+    timeout 30 python3 ops/bench/kernels.py --out "$OUT/decode.json" >"$OUT/decode.log" 2>&1
+    echo "kernels.py exit $?"
+    tail -6 "$OUT/decode.log"
+fi
+
+section "digest"
+timeout 5 python3 ops/bench/gpu_summary.py "$OUT" | tee "$OUT/summary.txt"
+echo "gpu_check.sh done in ${SECONDS}s"

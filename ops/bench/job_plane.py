@@ -46,8 +46,8 @@ from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
 from worker.models.loader import load_tokenizer, resolve_model_dir
+from worker.service.build import build_worker
 from worker.service.config import WorkerConfig
-from worker.service.worker import JobWorker
 
 Workload = Sequence[Any]  # engine_bench.BenchRequest
 
@@ -101,7 +101,7 @@ def run_redis(args: argparse.Namespace, workload: Workload, url: str) -> dict[st
     cost ~10% of throughput)."""
     engine = make_engine(args)
     prefix = f"pn-bench-{uuid.uuid4().hex[:8]}"
-    worker = JobWorker(
+    worker = build_worker(
         engine, url, WorkerConfig(prefix=prefix, stream_interval=args.stream_interval)
     )
     reader = redis.Redis.from_url(url, decode_responses=True)

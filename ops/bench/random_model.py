@@ -1,12 +1,13 @@
-"""Write a Hugging Face Llama directory with random weights in a named shape, for benchmarks.
+"""A Hugging Face Llama or Qwen3 directory of random weights in a named shape, for benchmarks.
 
     python ops/bench/random_model.py --shape llama-3.2-1b --tokenizer DIR --out /tmp/llama-1b
+    python ops/bench/random_model.py --shape qwen3-0.6b --tokenizer DIR --out /tmp/qwen3-0.6b
 
 Throughput does not depend on what the weights say, and a lent GPU machine cannot reach a hub, so
 GPU benchmarks run on random weights of a real model's shape. Only the tokenizer files travel (a
-few MB): the vocabulary is the tokenizer's, so workloads draw real token ids. Embeddings are drawn
-from N(0, 1) as in the tests' tiny model: larger logits, fewer greedy near-ties, so a parity check
-between two systems says something.
+few MB): the vocabulary is the tokenizer's (qwen3-0.6b keeps its own, larger one), so workloads
+draw real token ids. Embeddings are drawn from N(0, 1) as in the tests' tiny model: larger logits,
+fewer greedy near-ties, so a parity check between two systems says something.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,13 +22,24 @@ from typing import Any
 
 import torch
 
-# Llama-family shapes (hidden, intermediate, layers, q heads, kv heads); the vocabulary is the
-# tokenizer's. llama-3.2-1b: 16 layers of GQA 32/8 at head size 64, 0.97 B non-embedding weights.
+# Llama-family shapes as Hugging Face config keys; ``model_type`` defaults to llama, the
+# vocabulary to the tokenizer's and ``tie_word_embeddings`` to True. llama-3.2-1b: 16 layers of
+# GQA 32/8 at head size 64, 0.97 B non-embedding weights.
 SHAPES: dict[str, dict[str, Any]] = {
     "tiny": {  # for tests: the script's path in milliseconds
         "hidden_size": 64,
         "intermediate_size": 128,
         "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "rope_theta": 10000.0,
+    },
+    # ops/bench/host_overhead.py: 16 layers whose matmuls are negligible (0.59 M non-embedding
+    # weights) beside the real 49,152-token vocabulary, so a step times the host's work per layer.
+    "host-overhead": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 16,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "rope_theta": 10000.0,
@@ -57,32 +68,70 @@ SHAPES: dict[str, dict[str, Any]] = {
         "num_key_value_heads": 8,
         "rope_theta": 500000.0,
     },
+    # For tests: Qwen3's path (q/k RMSNorm per head, head_dim 32 where hidden / heads is 16).
+    "tiny-qwen3": {
+        "model_type": "qwen3",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "rope_theta": 1000000.0,
+    },
+    # Qwen3-0.6B, nano-vllm's benchmark model: 28 layers of GQA 16/8 at head size 128 (not
+    # 1024 / 16 = 64), q/k norm, tied embeddings, 0.44 B non-embedding weights. Its own 151,936-
+    # token vocabulary, so the LM head weighs what the real one does (0.16 B of the 0.6 B): the
+    # tokenizer's ids are the first 49,152, prompts are drawn from them, and sampled ids above
+    # them decode to nothing (ignore_eos runs never read the text).
+    "qwen3-0.6b": {
+        "model_type": "qwen3",
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "rope_theta": 1000000.0,
+        "vocab_size": 151936,
+    },
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+def hf_config(shape: str, source: dict[str, Any], dtype: torch.dtype) -> Any:
+    """The Hugging Face config of ``shape``, with the token ids of ``source`` (the tokenizer
+    directory's config.json)."""
+    from transformers import AutoConfig
+
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
+    spec = dict(SHAPES[shape])
+    model_type = spec.pop("model_type", "llama")
+    spec.setdefault("vocab_size", source["vocab_size"])
+    spec.setdefault("tie_word_embeddings", True)
+    return AutoConfig.for_model(
+        model_type,
+        **spec,
+        max_position_embeddings=8192,
+        bos_token_id=source.get("bos_token_id"),
+        eos_token_id=source.get("eos_token_id"),
+        torch_dtype=str(dtype).removeprefix("torch."),
+    )
 
 
 def write_random_model(
     shape: str, tokenizer_dir: Path, out: Path, dtype: torch.dtype, device: str, seed: int = 0
 ) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    if shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
     source = json.loads((tokenizer_dir / "config.json").read_text())
-    config = LlamaConfig(
-        **SHAPES[shape],
-        vocab_size=source["vocab_size"],
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-        bos_token_id=source.get("bos_token_id"),
-        eos_token_id=source.get("eos_token_id"),
-        torch_dtype=str(dtype).removeprefix("torch."),
-    )
+    config = hf_config(shape, source, dtype)
     torch.manual_seed(seed)
     with torch.device(device):  # initialise where it will run: a 1 B model inits in seconds
-        model = LlamaForCausalLM(config).to(dtype)
+        model = AutoModelForCausalLM.from_config(config).to(dtype)
     with torch.no_grad():
-        model.model.embed_tokens.weight.normal_(0.0, 1.0)
+        model.get_input_embeddings().weight.normal_(0.0, 1.0)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     for name in TOKENIZER_FILES:
@@ -111,4 +160,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

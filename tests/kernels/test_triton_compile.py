@@ -27,14 +27,22 @@ def test_kernels_compile_for_sm90() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     built = [line for line in done.stdout.splitlines() if line.startswith("_")]
-    # Per dtype: decode direct, decode split + merge, prefill, K/V write.
+    # Per dtype: decode direct, decode split + merge, prefill, K/V write; then the layer ops:
+    # the fused add + norm, the norm of hidden rows and of q heads, rotary at head sizes 128
+    # and 64, SiLU-and-multiply.
     names = sorted({line.split()[0] for line in built})
     assert names == [
         "_merge_splits_kernel",
         "_paged_decode_kernel",
         "_paged_prefill_kernel",
+        "_rms_norm_kernel",
+        "_rotary_kernel",
+        "_silu_and_mul_kernel",
         "_write_kv_kernel",
     ]
-    assert len(built) == 10
-    assert sum("*bf16" in line for line in built) == 4  # the merge kernel reads fp32 partials
-    assert "10 kernels compiled for sm_90" in done.stdout
+    assert len(built) == 22
+    assert sum("*bf16" in line for line in built) == 10  # the merge kernel reads fp32 partials
+    assert sum(line.startswith("_rms_norm_kernel") for line in built) == 6
+    assert sum("HAS_RESIDUAL=True" in line for line in built) == 2
+    assert sum(line.startswith("_rotary_kernel") for line in built) == 4
+    assert "22 kernels compiled for sm_90" in done.stdout

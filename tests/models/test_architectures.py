@@ -45,6 +45,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "mistral": dict(model_type="mistral", sliding_window=None),
     "qwen2": dict(model_type="qwen2"),
     "qwen3": dict(model_type="qwen3", head_dim=16),
+    # As Qwen3-0.6B: tied embeddings, rope theta 1e6 (head_dim 16 where hidden / heads is 8).
+    "qwen3-tied": dict(model_type="qwen3", head_dim=16, tie_word_embeddings=True, rope_theta=1e6),
 }
 
 

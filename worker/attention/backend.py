@@ -16,6 +16,9 @@ class AttentionBackend(ABC):
     """Writes a step's new K/V into the paged cache, then attends over each sequence's context."""
 
     name: str = "abstract"
+    # Whether a decode step through this backend can be captured in a CUDA graph: no host sync,
+    # no host-side shapes read from the step's lengths, padding rows handled on the device.
+    supports_cuda_graphs: bool = False
 
     @abstractmethod
     def write_kv(

@@ -36,7 +36,11 @@ class CpuAttentionBackend(TorchAttentionBackend):
         # Row copies to each slot: the torch path's two advanced-index assignments (and its
         # block and offset divisions) cost ~0.1 ms a layer at decode sizes.
         if k_cache.dtype == torch.float32 and _float_rows(key, value):
-            self.ops.write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
+            slots = meta.slot_mapping
+            if meta.num_padding:  # the kernel refuses slot -1: leave padding rows out
+                n = slots.shape[0] - meta.num_padding
+                key, value, slots = key[:n], value[:n], slots[:n]
+            self.ops.write_kv(key, value, k_cache, v_cache, slots)
         else:
             super().write_kv(key, value, k_cache, v_cache, meta)
 
@@ -52,7 +56,10 @@ class CpuAttentionBackend(TorchAttentionBackend):
         if q.dtype != torch.float32 or k_cache.dtype != torch.float32:
             super().decode(q, k_cache, v_cache, meta, scale, out)
             return
-        num = q.shape[0]
+        num = q.shape[0] - meta.num_padding  # the kernel refuses context 0: padding gets zeros
+        if meta.num_padding:
+            out[num:] = 0
+            q, out = q[:num], out[:num]
         result = (
             out if _float_rows(out) else torch.empty_like(q, memory_format=torch.contiguous_format)
         )

@@ -24,6 +24,10 @@ class AttentionMetadata:
     max_seq_len: int  # max of seq_lens, on the host (no device sync to size grids)
     max_query_len: int  # max query length, on the host
     seq_lens_host: tuple[int, ...] = ()  # seq_lens on the host, where the runner has them
+    # Trailing rows of a decode batch padded to a CUDA-graph size, one token each, with slot -1
+    # (write nowhere) and seq_len 0 (read nothing). Host-side backends skip them by this count;
+    # device kernels must not read it (a graph freezes it at capture) and see slot and length.
+    num_padding: int = 0
 
     @property
     def num_seqs(self) -> int:

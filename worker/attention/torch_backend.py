@@ -31,7 +31,11 @@ class TorchAttentionBackend(AttentionBackend):
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> None:
-        reference.write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
+        slots = meta.slot_mapping
+        if meta.num_padding:  # slot -1 would index the pool's last slot: leave padding out
+            n = slots.shape[0] - meta.num_padding
+            key, value, slots = key[:n], value[:n], slots[:n]
+        reference.write_kv(key, value, k_cache, v_cache, slots)
 
     def decode(
         self,
@@ -43,7 +47,9 @@ class TorchAttentionBackend(AttentionBackend):
         out: torch.Tensor,
     ) -> None:
         """In chunks of `DECODE_CHUNK` sequences, each padded to its own longest."""
-        num = q.shape[0]
+        num = q.shape[0] - meta.num_padding  # padding rows (context 0) attend to nothing
+        if meta.num_padding:
+            out[num:] = 0
         lens = meta.seq_lens_host[:num] or tuple(meta.seq_lens[:num].tolist())
         _, num_kv_heads, block_size, head_size = k_cache.shape
         for start in range(0, num, DECODE_CHUNK):

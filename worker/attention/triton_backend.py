@@ -19,6 +19,8 @@ class TritonAttentionBackend(AttentionBackend):
     """Decodes through the split-K decode kernel, prefill chunks through one varlen launch."""
 
     name = "triton"
+    # The kernels skip slot -1 (kv write) and give zeros for seq_len 0 (decode), on the device.
+    supports_cuda_graphs = True
 
     def write_kv(
         self,
@@ -41,7 +43,8 @@ class TritonAttentionBackend(AttentionBackend):
     ) -> None:
         d = q.shape[0]
         # meta.max_seq_len bounds the decodes' lengths too: an upper bound only sizes the grid,
-        # so no device sync is needed to find the decodes' own max.
+        # so no device sync is needed to find the decodes' own max. A CUDA graph freezes it, so
+        # graphs are captured with max_model_len (see `DeviceInputs.graph_views`).
         paged_decode_attention(
             q,
             k_cache,

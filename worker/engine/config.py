@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import argparse
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args, get_type_hints
+
+from worker import envs
 
 # 2 GiB of KV on CPU holds ~46k tokens of SmolLM2-135M (46 KB/token in fp32): far more than a
 # 2-core machine can keep busy, and small enough to leave room for a second process.
@@ -84,5 +87,114 @@ class EngineConfig:
     linear_backend: Literal["auto", "torch", "onednn"] = "auto"
     seed: int = 0  # seeds unseeded sampling, so a whole run is reproducible
     num_threads: int | None = None  # torch intra-op threads on CPU; None: all cores
+    # CUDA: decode-only steps replay CUDA graphs captured at padded batch sizes
+    # (worker/engine/cuda_graphs.py); True runs every step eagerly, as CPU steps always run.
+    enforce_eager: bool = False
+    # Decode-only steps pad to a graph batch size and run from static buffers (padding rows:
+    # slot -1, context 0). None: exactly when graphs are captured. True on CPU runs that path
+    # without capture, which is how the tests check it gives the unpadded path's tokens.
+    pad_decode_batches: bool | None = None
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """The engine's command-line flags, beside the fields they fill so each default is
+        said once (the fields'); ``from_args`` builds the config from them."""
+        hints = get_type_hints(EngineConfig)
+        g = parser.add_argument_group("engine")
+        g.add_argument(
+            "--model",
+            default=None,
+            help="HF directory or .gguf (default: PATERNOSTER_MODEL, else the bundled SmolLM2)",
+        )
+        g.add_argument("--device", default=EngineConfig.device)
+        g.add_argument("--dtype", default=EngineConfig.dtype, choices=get_args(hints["dtype"]))
+        backends = get_args(hints["attention_backend"])
+        g.add_argument(
+            "--attention-backend", default=EngineConfig.attention_backend, choices=backends
+        )
+        g.add_argument(
+            "--linear-backend",
+            default=EngineConfig.linear_backend,
+            choices=get_args(hints["linear_backend"]),
+            help="CPU projections: auto packs weights for oneDNN where the dtype allows and runs "
+            "steps of up to 8 rows through our C++ kernel (a second copy of the weights); onednn: "
+            "oneDNN alone",
+        )
+        g.add_argument(
+            "--enforce-eager",
+            action="store_true",
+            help="CUDA: run every step eagerly instead of replaying captured CUDA graphs",
+        )
+        g.add_argument("--block-size", type=int, default=CacheConfig.block_size)
+        g.add_argument(
+            "--num-blocks", type=int, default=None, help="KV blocks (default: from memory)"
+        )
+        g.add_argument("--kv-cache-bytes", type=int, default=None)
+        g.add_argument("--max-num-seqs", type=int, default=SchedulerConfig.max_num_seqs)
+        batched = SchedulerConfig.max_num_batched_tokens
+        g.add_argument("--max-num-batched-tokens", type=int, default=batched)
+        g.add_argument("--max-model-len", type=int, default=None)
+        g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all)")
+        _add_priority_arguments(parser)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> EngineConfig:
+        """The config of parsed ``add_arguments`` flags (``--model`` unset: PATERNOSTER_MODEL)."""
+        return cls(
+            model=args.model or envs.default_model(),
+            device=args.device,
+            dtype=args.dtype,
+            attention_backend=args.attention_backend,
+            linear_backend=args.linear_backend,
+            num_threads=args.threads,
+            enforce_eager=args.enforce_eager,
+            cache=CacheConfig(
+                block_size=args.block_size,
+                num_blocks=args.num_blocks,
+                memory_bytes=args.kv_cache_bytes,
+            ),
+            scheduler=SchedulerConfig(
+                max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                max_model_len=args.max_model_len,
+                preempt_for_priority=not args.no_priority_preemption,
+                max_priority_preemptions=args.max_priority_preemptions,
+                tenant_weights=parse_tenant_weights(args.tenant_weight),
+                max_running_per_tenant=args.max_running_per_tenant,
+            ),
+        )
+
+
+def _add_priority_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``SchedulerConfig`` flags of priority and fair share (``EngineConfig.add_arguments``)."""
+    g = parser.add_argument_group("priority and fairness")
+    g.add_argument(
+        "--no-priority-preemption",
+        action="store_true",
+        help="urgent jobs wait for a free slot instead of preempting less urgent ones",
+    )
+    preemptions = SchedulerConfig.max_priority_preemptions
+    g.add_argument(
+        "--max-priority-preemptions", type=int, default=preemptions, help="per job, then immune"
+    )
+    g.add_argument(
+        "--tenant-weight",
+        action="append",
+        default=[],
+        metavar="TENANT=WEIGHT",
+        help="fair-share weight of a tenant (default 1); repeat for several",
+    )
+    g.add_argument("--max-running-per-tenant", type=int, default=None)
+
+
+def parse_tenant_weights(items: Sequence[str]) -> dict[str, float]:
+    """``--tenant-weight TENANT=WEIGHT`` items as ``SchedulerConfig.tenant_weights``."""
+    weights = {}
+    for item in items:
+        tenant, sep, weight = item.partition("=")
+        if not sep or not tenant:
+            raise ValueError(f"--tenant-weight takes TENANT=WEIGHT, got {item!r}")
+        weights[tenant] = float(weight)
+    return weights

@@ -36,6 +36,7 @@ from worker.engine.step_faults import Failures, describe, run_contained, sample_
 from worker.engine.wait_reasons import WaitInfo
 from worker.models.cpu_kernels import use_cpu_kernels
 from worker.models.cpu_linear import pack_linears
+from worker.models.gpu_kernels import use_gpu_kernels
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
 Messages = list[dict[str, str]]
@@ -59,6 +60,8 @@ class LLMEngine:
         ops = backend.ops if isinstance(backend, CpuAttentionBackend) else None
         self.num_packed_linears = pack_linears(model, config.linear_backend, skinny_ops=ops)
         self.num_fused_modules = use_cpu_kernels(model, ops)
+        if backend.name == "triton":  # the Triton layer kernels come with Triton attention
+            self.num_fused_modules += use_gpu_kernels(model)  # 0 for a CPU model
         self.block_manager = BlockManager(
             self.runner.num_blocks,
             config.cache.block_size,

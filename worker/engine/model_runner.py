@@ -1,7 +1,8 @@
 """Turns the scheduler's decision into tensors and runs one packed forward pass.
 
-The runner owns the device state: the model's weights and the per-layer paged KV caches. It
-knows nothing of requests beyond what `SchedulerOutput` says.
+The runner owns the device state: the model's weights, the per-layer paged KV caches, the
+persistent batch (`InputBatch`), the static input buffers (`DeviceInputs`) and the decode graphs
+(`DecodeGraphs`). It knows nothing of requests beyond what `SchedulerOutput` says.
 """
 
 from __future__ import annotations
@@ -10,13 +11,20 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import structlog
 import torch
 
 from worker.attention import AttentionMetadata, get_attention_backend
 from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig
+from worker.engine.cuda_graphs import DecodeGraphs, graph_batch_sizes, size_for
+from worker.engine.device_inputs import DeviceInputs, StepInputs
+from worker.engine.input_batch import InputBatch
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from worker.engine.step_layout import FieldViews, HostStep
 from worker.models.config import ModelConfig
 from worker.models.llama import LlamaForCausalLM, StepContext
+
+log = structlog.get_logger("paternoster.engine")
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,32 @@ class ModelRunner:
             )
             for _ in range(mc.num_layers)
         ]
+        # The engine's bound (`LLMEngine.max_model_len`): no block table is longer.
+        limit = config.scheduler.max_model_len or mc.max_position
+        self.max_model_len = min(limit, mc.max_position, self.num_blocks * self.block_size)
+        self._setup_inputs(config)
+
+    def _setup_inputs(self, config: EngineConfig) -> None:
+        """The persistent batch, and where graphs or padding apply, static buffers and graphs."""
+        device, sched = self.device, config.scheduler
+        graphs = (
+            device.type == "cuda" and not config.enforce_eager and self.backend.supports_cuda_graphs
+        )
+        pad = graphs if config.pad_decode_batches is None else config.pad_decode_batches
+        self.pad_sizes = graph_batch_sizes(sched.max_num_seqs) if pad else ()
+        largest = self.pad_sizes[-1] if self.pad_sizes else 0
+        self.batch = InputBatch(
+            max_seqs=max(sched.max_num_seqs, largest),
+            max_tokens=max(sched.max_num_batched_tokens, largest),
+            width=-(-self.max_model_len // self.block_size),
+            block_size=self.block_size,
+            pin=device.type == "cuda",
+        )
+        # On CPU the staging buffers are the step's tensors, unless the padded path is tested.
+        static = device.type != "cpu" or pad
+        self.inputs = DeviceInputs(self.batch, device, self.max_model_len) if static else None
+        self.graphs = DecodeGraphs(self.pad_sizes, device) if graphs and pad else None
+        self._host_views = FieldViews(self.batch.stage64, self.batch.stage32)
 
     @staticmethod
     def batch_order(output: SchedulerOutput) -> list[ScheduledSequence]:
@@ -93,57 +127,81 @@ class ModelRunner:
         decodes = sorted(output.scheduled[:d], key=lambda s: -s.num_computed_tokens)
         return decodes + list(output.scheduled[d:])
 
-    def prepare(
-        self, items: Sequence[ScheduledSequence]
-    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
-        """Packed ``input_ids``, ``positions``, attention metadata and logits row indices."""
-        bs = self.block_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        seq_lens: list[int] = []
-        query_start = [0]
-        logits_rows: list[int] = []
-        max_blocks = max(len(s.block_ids) for s in items)
-        tables = []
-        for item in items:
-            start = item.num_computed_tokens
-            end = start + item.num_scheduled_tokens
-            input_ids.extend(item.token_ids)
-            positions.extend(range(start, end))
-            table = item.block_ids
-            slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
-            seq_lens.append(end)
-            query_start.append(query_start[-1] + item.num_scheduled_tokens)
-            if item.samples:
-                logits_rows.append(query_start[-1] - 1)
-            tables.append(list(table) + [0] * (max_blocks - len(table)))
-        dev = self.device
+    def padded_size(self, items: Sequence[ScheduledSequence]) -> int | None:
+        """The graph size a decode-only step of ``items`` pads to; None: run it as it is."""
+        if not self.pad_sizes or any(len(s.token_ids) != 1 for s in items):
+            return None
+        return size_for(self.pad_sizes, len(items))
+
+    def prepare(self, items: Sequence[ScheduledSequence], pad_to: int | None = None) -> StepInputs:
+        """Packed ``input_ids``, ``positions``, attention metadata and logits row indices,
+        padded to ``pad_to`` rows (a decode-only step; see `padded_size`)."""
+        if self.inputs is not None:
+            self.inputs.wait()
+        step = self.batch.stage(items, pad_to)
+        if self.inputs is not None:
+            return self.inputs.load(step)
+        return self._host_inputs(step)
+
+    def _host_inputs(self, step: HostStep) -> StepInputs:
+        """The staged step as CPU tensors: views of the staging buffers, no copy."""
+        b = self.batch
+        if self._host_views.i64 is not b.stage64:  # the staging buffers grew
+            self._host_views = FieldViews(b.stage64, b.stage32)
+        f = self._host_views(step.num_tokens, step.num_seqs, step.num_logits)
         meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-            block_tables=torch.tensor(tables, dtype=torch.int32, device=dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            query_start_loc=torch.tensor(query_start, dtype=torch.int32, device=dev),
-            num_decodes=sum(1 for s in items if s.is_decode),
-            max_seq_len=max(seq_lens),
-            max_query_len=max(s.num_scheduled_tokens for s in items),
-            seq_lens_host=tuple(seq_lens),
+            slot_mapping=f.slot_mapping,
+            block_tables=torch.from_numpy(b.gather_tables(step)),
+            seq_lens=f.seq_lens,
+            query_start_loc=f.query_start_loc,
+            num_decodes=step.num_decodes,
+            max_seq_len=step.max_seq_len,
+            max_query_len=step.max_query_len,
+            seq_lens_host=step.seq_lens_host,
+            num_padding=step.num_padding,
         )
-        ids = torch.tensor(input_ids, dtype=torch.int64, device=dev)
-        pos = torch.tensor(positions, dtype=torch.int64, device=dev)
-        return ids, pos, meta, logits_rows
+        return StepInputs(f.input_ids, f.positions, meta, f.logits_rows)
+
+    @torch.inference_mode()
+    def capture_graphs(self) -> None:
+        """Capture the decode graphs now: at start-up, once the model's kernels are attached.
+        `run` does it before the first decode step otherwise; a no-op without graphs."""
+        if self.graphs is None or self.inputs is None:
+            return
+        inputs = self.inputs
+
+        def forward(size: int) -> torch.Tensor:
+            ids, pos, meta = inputs.graph_views(size)
+            return self.model(ids, pos, StepContext(meta, self.backend, self.kv_caches))
+
+        try:
+            self.graphs.capture(forward, inputs.fill_padding, self.batch.generation)
+        except Exception:
+            # Inside a step, a raise would fail every request of every decode step after it
+            # (`step_faults` retries each alone, and each would capture again): run eagerly.
+            log.exception("cuda_graph_capture_failed")
+            self.graphs = None
 
     @torch.inference_mode()
     def run(self, output: SchedulerOutput) -> RunnerOutput:
         items = self.batch_order(output)
-        ids, pos, meta, rows = self.prepare(items)
-        ctx = StepContext(meta=meta, backend=self.backend, kv_caches=self.kv_caches)
-        hidden = self.model(ids, pos, ctx)
+        self.batch.forget(frozenset(output.preempted_ids))
+        pad_to = self.padded_size(items)
+        graphs = self.graphs if pad_to is not None else None
+        if graphs is not None and not graphs.ready(self.batch.generation):
+            self.capture_graphs()
+        step = self.prepare(items, pad_to)
+        if graphs is not None and pad_to is not None and graphs.ready(self.batch.generation):
+            hidden = graphs.replay(pad_to)
+        else:
+            ctx = StepContext(meta=step.meta, backend=self.backend, kv_caches=self.kv_caches)
+            hidden = self.model(step.input_ids, step.positions, ctx)
         sampling = [s for s in items if s.samples]
         request_ids = tuple(s.request_id for s in sampling)
         seq_ids = tuple(s.seq_id for s in sampling)
-        if not rows:
+        if not sampling:
             empty = hidden.new_empty((0, self.model.config.vocab_size)).float()
             return RunnerOutput(request_ids, empty, seq_ids)
-        index = torch.tensor(rows, dtype=torch.int64, device=self.device)
-        return RunnerOutput(request_ids, self.model.compute_logits(hidden[index]), seq_ids)
+        return RunnerOutput(
+            request_ids, self.model.compute_logits(hidden[step.logits_rows]), seq_ids
+        )

@@ -92,6 +92,7 @@ class ModelConfig:
                 f"model_type {model_type!r} is not supported; expected one of "
                 f"{', '.join(SUPPORTED_MODEL_TYPES)}"
             )
+        _check_full_attention(raw)
         heads = int(raw["num_attention_heads"])
         hidden = int(raw["hidden_size"])
         eos = raw.get("eos_token_id")
@@ -117,6 +118,22 @@ class ModelConfig:
             rope=_rope_from_hf(raw),
             eos_token_ids=eos_ids,
             bos_token_id=raw.get("bos_token_id"),
+        )
+
+
+def _check_full_attention(raw: dict[str, Any]) -> None:
+    """Refuse Qwen2/Qwen3 checkpoints whose layers use sliding-window attention: every layer of
+    ours attends to the whole context, so their tokens would differ past the window."""
+    layers = int(raw.get("num_hidden_layers", 0))
+    # transformers 5 writes the per-layer kinds; 4.x configs only say where the windows start.
+    kinds = raw.get("layer_types")
+    if kinds is None and raw.get("use_sliding_window"):
+        first_windowed = int(raw.get("max_window_layers", layers))
+        kinds = ["sliding_attention"] * max(0, layers - first_windowed)
+    if kinds and "sliding_attention" in kinds:
+        raise UnsupportedModelError(
+            f"sliding-window attention (use_sliding_window, {kinds.count('sliding_attention')} "
+            f"of {layers} layers) is not supported; only full attention is"
         )
 
 

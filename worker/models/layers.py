@@ -14,6 +14,8 @@ from worker.models.config import RopeConfig
 class RMSNorm(nn.Module):
     # Our C++ kernels (`kernels/cpu_ops.py`) where `use_cpu_kernels` attached them, else None.
     cpu_ops: ModuleType | None = None
+    # Our Triton kernels (`kernels/triton_layer_ops.py`) where `use_gpu_kernels` attached them.
+    gpu_ops: ModuleType | None = None
 
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
@@ -28,10 +30,14 @@ class RMSNorm(nn.Module):
         if self.cpu_ops is not None and _fusable(x) and _fusable(residual):
             self.cpu_ops.add_rms_norm_(x, residual, self.weight, self.eps)
             return x, residual
+        if self.gpu_ops is not None:
+            return self.gpu_ops.add_rms_norm_(x, residual, self.weight, self.eps)
         residual = x + residual
         return self(residual), residual
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gpu_ops is not None:  # the arithmetic below in one launch
+            return self.gpu_ops.rms_norm(x, self.weight, self.eps)
         # Normalise in float32 whatever the activation dtype: bf16's 8-bit mantissa loses the
         # variance of 576+ channels otherwise. Same order of operations as HF for fp32 parity.
         if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
@@ -88,6 +94,7 @@ class SwiGLU(nn.Module):
     """``down(silu(gate(x)) * up(x))`` with gate and up fused into one matmul."""
 
     cpu_ops: ModuleType | None = None  # as `RMSNorm.cpu_ops`
+    gpu_ops: ModuleType | None = None  # as `RMSNorm.gpu_ops`
 
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
         super().__init__()
@@ -99,5 +106,7 @@ class SwiGLU(nn.Module):
         gate_up = self.gate_up_proj(x)
         if self.cpu_ops is not None and gate_up.dtype == torch.float32:
             return self.down_proj(self.cpu_ops.silu_and_mul(gate_up))
+        if self.gpu_ops is not None:
+            return self.down_proj(self.gpu_ops.silu_and_mul(gate_up))
         gate, up = gate_up.split(self.intermediate_size, dim=-1)
         return self.down_proj(F.silu(gate) * up)

@@ -31,6 +31,7 @@ class StepContext:
 
 class Attention(nn.Module):
     cpu_ops: ModuleType | None = None  # as `RMSNorm.cpu_ops`: rotary in place
+    gpu_ops: ModuleType | None = None  # as `RMSNorm.gpu_ops`: rotary in place
 
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
@@ -58,7 +59,10 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q = self.q_norm(q.view(num_tokens, self.num_q_heads, self.head_size))
             k = self.k_norm(k.view(num_tokens, self.num_kv_heads, self.head_size))
-            q, k = apply_rotary(q, k, cos_sin)
+            if self.gpu_ops is not None:
+                self.gpu_ops.rotary_(q, k, *cos_sin)  # the norms' fresh outputs, in place
+            else:
+                q, k = apply_rotary(q, k, cos_sin)
         else:
             # q and k are adjacent in the fused projection: rotate them as one (T, Hq + Hkv, D)
             # view, half the elementwise calls of rotating each (60 fewer per step at 30 layers).
@@ -66,9 +70,13 @@ class Attention(nn.Module):
             if self.cpu_ops is not None and qkv.dtype == torch.float32:
                 # In place: q and k stay strided views of qkv; the backends take strided rows.
                 self.cpu_ops.rotary_(qk, *cos_sin)
-            else:
+            elif self.gpu_ops is None:
                 qk = rotate(qk, cos_sin)
             q, k = qk.split([self.num_q_heads, self.num_kv_heads], 1)
+            if self.gpu_ops is not None:
+                # In place and one launch, like the C++ kernel; it takes q and k apart so that
+                # Qwen3's normed heads (above) go through it too.
+                self.gpu_ops.rotary_(q, k, *cos_sin)
         k_cache, v_cache = ctx.kv_caches[self.layer_index]
         out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.meta, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))

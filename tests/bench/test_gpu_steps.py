@@ -1,0 +1,164 @@
+"""The H200 lease's new parts on the CPU at tiny sizes: Qwen3-shaped random weights, nano-vllm's
+workload, and `gpu_steps.py` (decode steps against their byte floor, idle share). The report's
+structure is checked, never its timings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from worker.models.config import ModelConfig
+from worker.models.loader import _target, load_model
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "ops" / "bench"
+
+
+def load_script(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(
+        f"paternoster_bench_{name}", BENCH_DIR / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp("random-qwen3")
+    random_model = load_script("random_model")
+    return random_model.write_random_model("tiny-qwen3", tiny_model_dir, out, torch.float32, "cpu")
+
+
+def test_random_qwen3_loads_in_ours_and_in_transformers(qwen3_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    mc = ModelConfig.from_dir(qwen3_dir)
+    assert mc.model_type == "qwen3" and mc.qk_norm and mc.tie_word_embeddings
+    assert mc.head_size == 32 != mc.hidden_size // mc.num_q_heads
+    hf = AutoModelForCausalLM.from_pretrained(qwen3_dir, dtype=torch.float32).eval()
+    assert type(hf).__name__ == "Qwen3ForCausalLM"
+    ours = load_model(qwen3_dir, torch.float32, torch.device("cpu"))
+    assert ours.lm_head.weight is ours.embed_tokens.weight
+    params = dict(ours.named_parameters())
+    for name, tensor in hf.state_dict().items():  # every HF weight landed in ours, q/k norms too
+        target = _target(name, mc)
+        if target is None:  # the tied LM head
+            continue
+        ours_name, start, end = target
+        rows = params[ours_name] if end < 0 else params[ours_name][start:end]
+        torch.testing.assert_close(rows, tensor, rtol=0, atol=0)
+    assert sum("q_norm" in n or "k_norm" in n for n in params) == 2 * mc.num_layers
+
+
+def test_qwen3_0_6b_shape_and_its_byte_floor() -> None:
+    random_model = load_script("random_model")
+    step_floor = load_script("step_floor")
+    config = random_model.hf_config("qwen3-0.6b", {"vocab_size": 49152}, torch.bfloat16)
+    mc = ModelConfig.from_hf(config.to_dict())
+    assert (mc.model_type, mc.num_layers, mc.hidden_size, mc.intermediate_size) == (
+        "qwen3",
+        28,
+        1024,
+        3072,
+    )
+    assert (mc.num_q_heads, mc.num_kv_heads, mc.head_size, mc.vocab_size) == (16, 8, 128, 151936)
+    assert mc.qk_norm and mc.tie_word_embeddings and mc.rope.theta == 1e6
+    nbytes = step_floor.step_bytes(mc, 2, batch=4, context=99.0)
+    # Qwen3-0.6B is 0.60 B weights (0.44 B in the layers, 0.16 B the tied table): 1.2 GB in bf16.
+    assert 1.18e9 < nbytes["weights"] < 1.21e9
+    per_token = 2 * 28 * 8 * 128 * 2  # K and V, 28 layers, 8 heads of 128, bf16
+    assert nbytes["kv_read"] == 4 * 100 * per_token and nbytes["kv_write"] == 4 * per_token
+    assert nbytes["total"] == nbytes["weights"] + nbytes["kv_read"] + nbytes["kv_write"]
+
+
+def test_busy_time_is_a_union_clipped_to_the_window() -> None:
+    step_floor = load_script("step_floor")
+    spans = [(0.0, 10.0), (5.0, 8.0), (8.0, 12.0), (20.0, 30.0), (-5.0, 1.0), (90.0, 120.0)]
+    assert step_floor.busy_us(spans, (0.0, 100.0)) == 12.0 + 10.0 + 10.0
+    assert step_floor.busy_us([], (0.0, 1.0)) == 0.0
+    trace = {
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "gpu_steps.window", "ts": 100, "dur": 50},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 110, "dur": 10},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 115, "dur": 10},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "ts": 140, "dur": 5},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 100, "dur": 50},
+            {"ph": "M", "name": "process_name"},
+        ]
+    }
+    idle = step_floor.idle_from_trace(trace, "cuda", wall_us=1e6)  # the annotation wins
+    assert idle["busy_ms"] == pytest.approx(0.020) and idle["idle_share"] == pytest.approx(0.6)
+    assert idle["device_events"] == 3 and idle["top_events_ms"]["gemm"] == pytest.approx(0.020)
+    assert step_floor.idle_from_trace(trace, "cpu", wall_us=1e6)["idle_share"] == 0.0
+    # A CUDA-only trace has no annotation: the window is the wall clock from the first kernel.
+    gpu_only = {"traceEvents": trace["traceEvents"][1:4]}
+    idle = step_floor.idle_from_trace(gpu_only, "cuda", wall_us=80.0)
+    assert idle["window_ms"] == pytest.approx(0.080) and idle["idle_share"] == pytest.approx(0.75)
+    assert step_floor.idle_from_trace({"traceEvents": []}, "cuda", 5.0)["idle_share"] is None
+
+
+@pytest.fixture(scope="module")
+def cpu_reports(tmp_path_factory: pytest.TempPathFactory, qwen3_dir: Path) -> Path:
+    """gpu_check.sh's new engine parts, CPU-sized, their JSON in one directory as in $OUT."""
+    out = tmp_path_factory.mktemp("gpu-out")
+    args = ["--model", str(qwen3_dir), "--batch-sizes", "1,3", "--context", "9", "--steps", "2"]
+    args += ["--warmup", "1", "--profile-steps", "1", "--max-num-batched-tokens", "16"]
+    args += ["--kv-cache-bytes", str(16 << 20), "--out", str(out / "steps_qwen3.json")]
+    load_script("gpu_steps").main(args)
+    args = ["--model", str(qwen3_dir), "--workload", "nano-vllm", "--systems", "ours"]
+    args += ["--num-requests", "3", "--scale", "0.02", "--kv-cache-bytes", str(16 << 20)]
+    args += ["--threads", str(torch.get_num_threads()), "--out", str(out / "nano_qwen3.json")]
+    load_script("engine").main(args)
+    return out
+
+
+def test_gpu_steps_on_the_cpu(cpu_reports: Path) -> None:
+    report = json.loads((cpu_reports / "steps_qwen3.json").read_text())
+    assert report["model"]["model_type"] == "qwen3" and report["model"]["qk_norm"]
+    assert report["copy_gbps"] > 0 and report["weight_bytes"] > 0
+    assert report["steps"] == {"warmup": 1, "timed": 2, "profiled": 1}
+    assert [r["batch"] for r in report["batches"]] == [1, 3]
+    for r in report["batches"]:
+        assert r["decode_only"], r  # every measured step was a decode of exactly B rows
+        assert r["prefill_steps"] == (1 if r["batch"] == 1 else 2)  # 27 tokens, 16 a step
+        assert r["context_mean"] >= 9 + 1
+        assert r["ms_per_step"] > 0 and r["floor_ms"] > 0 and r["x_floor"] > 0
+        assert r["bytes"]["kv_read"] > 0 and r["output_tok_s"] > 0
+        assert r["profiled_steps"] == 1 and 0.0 <= r["idle_share"] <= 1.0, r
+        assert r["device_events"] > 0 and r["top_events_ms"]
+
+
+def test_nano_vllm_workload(cpu_reports: Path) -> None:
+    bench = load_script("engine")
+    workload = bench.make_workload(256, 0, 1.0, range(100, 900), bench.NANO_VLLM)
+    prompt_lens = [len(r.prompt_ids) for r in workload]
+    output_lens = [r.output_len for r in workload]
+    assert len(workload) == 256 and {r.kind for r in workload} == {"nano-vllm"}
+    for lens in (prompt_lens, output_lens):
+        assert 100 <= min(lens) and max(lens) <= 1024
+        assert abs(statistics.mean(lens) - 562) < 15  # uniform: E = (100 + 1024) / 2
+    report = json.loads((cpu_reports / "nano_qwen3.json").read_text())
+    assert report["classes"] == [
+        {"name": "nano-vllm", "prompt_len": [100, 1024], "output_len": [100, 1024], "weight": 1.0}
+    ]
+    assert report["workload"]["requests_per_class"] == {"nano-vllm": 3}
+    assert report["systems"]["ours"]["output_tokens"] == report["workload"]["output_tokens"] > 0
+
+
+def test_summary_digests_every_report(cpu_reports: Path) -> None:
+    (cpu_reports / "killed.json").write_text('{"systems": ')  # a part killed mid-write
+    lines = load_script("gpu_summary").main([str(cpu_reports)])
+    text = "\n".join(lines)
+    assert "nano_qwen3: 3 requests (nano-vllm)" in text and "out tok/s" in text
+    assert "steps_qwen3: qwen3 2 layers" in text
+    assert sum("batch " in line and "floor" in line for line in lines) == 2
+    assert "killed.json: unreadable" in text

@@ -1,0 +1,38 @@
+"""`ops/bench/host_overhead.py` runs at tiny sizes: the report's structure, never its timings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from tests.bench.test_engine_bench import load_script
+from worker.engine.detokenizer import IncrementalDetokenizer
+from worker.engine.request_state import RequestState
+
+
+def test_host_overhead_reports_every_phase_per_batch(tmp_path: Path, tiny_model_dir: Path) -> None:
+    bench = load_script("host_overhead")
+    append, add_tokens = RequestState.append, IncrementalDetokenizer.add_tokens
+    out = tmp_path / "host.json"
+    args = ["--batches", "1", "4", "--steps", "3", "--warmup", "1", "--shape", "tiny"]
+    args += ["--tokenizer", str(tiny_model_dir), "--out", str(out), "--sampling", "mixed"]
+    args += ["--threads", str(torch.get_num_threads())]  # set process-wide: leave it as it was
+    report = bench.main(args)
+
+    assert json.loads(out.read_text()) == report
+    assert (RequestState.append, IncrementalDetokenizer.add_tokens) == (append, add_tokens)
+    assert report["config"]["backend"] == "cpu"
+    phases = [key for key, _ in bench.PHASES]
+    assert [r["batch"] for r in report["batches"]] == [1, 4]
+    for r in report["batches"]:
+        assert r["steps"] == len(r["step_ms_all"]) == 3
+        assert set(r["median_ms"]) == {*phases, "step"}
+        assert r["median_ms"]["step"] > 0 and r["median_ms"]["forward"] > 0
+        assert r["median_ms"]["append"] > 0 and r["median_ms"]["sample"] > 0
+        assert 0 < r["named_share_of_step"] <= 1.0  # the phases run inside the step
+        assert r["critical_path"] == phases
+    lines = report["markdown"].splitlines()
+    assert lines[0].endswith("| B=1 | B=4 |")
+    assert sum(line.startswith("| schedule | yes |") for line in lines) == 1
