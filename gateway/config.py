@@ -1,20 +1,18 @@
-"""The gateway's settings: one frozen dataclass, with the environment read here and nowhere else."""
+"""The gateway's settings: one frozen dataclass; the environment comes from ``envs.py``."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway import envs
+from gateway.envs import MAX_BODY_ENV as MAX_BODY_ENV  # re-exported: callers know it here
 from gateway.tenancy import check_distinct_tags
 from producer.protocol import MAX_PAYLOAD_BYTES
 from producer.reconnect import DEFAULT_RECONNECT, ReconnectPolicy
 
-TOKENS_ENV = "PATERNOSTER_GATEWAY_TOKENS"  # path to a JSON file {token: tenant}
-MODEL_NAME_ENV = "PATERNOSTER_GATEWAY_MODEL"
-MAX_BODY_ENV = "PATERNOSTER_GATEWAY_MAX_BODY_BYTES"
 DEFAULT_MODEL_NAME = "paternoster"
 
 
@@ -55,23 +53,12 @@ class GatewayConfig:
     def from_env(cls, tokens_file: str | None = None, **overrides: object) -> GatewayConfig:
         """Settings from the environment; ``tokens_file`` (else ``PATERNOSTER_GATEWAY_TOKENS``)
         turns auth on. ``overrides`` that are None are ignored, so CLI flags pass straight in."""
-        path = tokens_file or os.environ.get(TOKENS_ENV)
-        values: dict[str, object] = {"model_name": os.environ.get(MODEL_NAME_ENV) or None}
+        path = tokens_file or envs.tokens_file()
+        values: dict[str, object] = {"model_name": envs.model_name()}
         values["tokens"] = load_tokens(Path(path)) if path else None
-        values["max_body_bytes"] = env_int(MAX_BODY_ENV)
+        values["max_body_bytes"] = envs.max_body_bytes()
         values.update(overrides)
         return cls(**{k: v for k, v in values.items() if v is not None})  # type: ignore[arg-type]
-
-
-def env_int(name: str) -> int | None:
-    """An int environment variable, None when unset; ValueError naming it when not an int."""
-    text = os.environ.get(name)
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{name}: expected an integer, not {text!r}") from None
 
 
 def load_tokens(path: Path) -> dict[str, str]:

@@ -41,6 +41,11 @@ class JobRequest(BaseModel):
         default=None, gt=0, description="not started by then: expired"
     )
     metadata: dict[str, Any] | None = None
+    cache_salt: str | None = Field(
+        default=None,
+        description="only jobs with the same salt share cached prompt blocks (by default the "
+        "worker salts by tenant too: tenants never share)",
+    )
 
     def to_spec(self, tenant: str | None, job_id: str) -> JobSpec:
         """The validated JobSpec, under the job plane's ``job_id`` (``TenantJobs.new_job_id``
@@ -56,6 +61,7 @@ class JobRequest(BaseModel):
             tenant=tenant,
             deadline_s=self.deadline_s,
             metadata=self.metadata,
+            cache_salt=self.cache_salt,
             **flat,
         )
 

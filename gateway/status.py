@@ -23,11 +23,10 @@ from gateway.jobs import CallerDep, jobs_of
 from gateway.tenancy import TenantJobs
 from producer import AsyncProducer, JobNotFound, JobState
 from producer.fleet import HEARTBEAT_TTL_S, WorkerInfo
-from producer.keys import BANDS, Keys
+from producer.keys import BANDS, RECENT_KEPT, Keys
 from producer.results import JobStatus
 
 PAGE = Path(__file__).parent / "static" / "status.html"
-RECENT_KEPT = 100  # SUBMIT trims Keys.recent to this many ids
 # Rows the page shows: 20 fit one screen beside the other tables. With auth the filter runs over
 # all 100 ids, so a tenant still sees its own 20 newest when other tenants submit more.
 DEFAULT_RECENT = 20

@@ -63,7 +63,7 @@ class Limits:
         scopes = [(band_scope(b), cap) for b, cap in self.bands.items()]
         scopes.append((tenant_scope(None), self.tenant_default))
         scopes += [(tenant_scope(t), cap) for t, cap in self.tenants.items()]
-        return {f"{scope}:{kind}": str(v) for scope, cap in scopes for kind, v in cap.items()}
+        return {limit_field(s, kind): str(v) for s, cap in scopes for kind, v in cap.items()}
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> Limits:
@@ -93,6 +93,11 @@ def tenant_scope(tenant: str | None) -> str:
     return f"tenant:{DEFAULT_TENANT if tenant is None else tenant}"
 
 
+def limit_field(scope: str, kind: str) -> str:
+    """The limits hash's field for one kind (``KINDS``) of one scope's limit."""
+    return f"{scope}:{kind}"
+
+
 def read_limits(client: redis.Redis, keys: Keys) -> Limits:
     fields: dict[str, str] = client.hgetall(keys.limits)  # type: ignore[assignment]
     return Limits.from_fields(fields)
@@ -110,7 +115,7 @@ def write_limits(client: redis.Redis, keys: Keys, limits: Limits) -> None:
 def set_limits(client: redis.Redis, keys: Keys, scope: str, cap: Cap) -> None:
     """Set the limits ``cap`` gives for one scope (``band_scope`` / ``tenant_scope``); a kind
     that is None is left as it was."""
-    if fields := {f"{scope}:{kind}": str(v) for kind, v in cap.items()}:
+    if fields := {limit_field(scope, kind): str(v) for kind, v in cap.items()}:
         client.hset(keys.limits, mapping=fields)  # type: ignore[arg-type]
 
 
@@ -119,7 +124,7 @@ def clear_limits(client: redis.Redis, keys: Keys, scope: str | None = None) -> N
     if scope is None:
         client.delete(keys.limits)
     else:
-        client.hdel(keys.limits, *(f"{scope}:{kind}" for kind in KINDS))
+        client.hdel(keys.limits, *(limit_field(scope, kind) for kind in KINDS))
 
 
 def read_load(client: redis.Redis, key: str) -> Cap:

@@ -26,42 +26,8 @@ from producer.limits_cli import add_limits_command
 from producer.protocol import JobState, TokenEvent
 from producer.reconnect import DEFAULT_RECONNECT
 from producer.results import JobResult
+from producer.sampling_args import add_sampling_arguments, sampling_fields
 from producer.top import add_top_command
-
-
-def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
-    """The engine's sampling flags, shared by ``generate`` and ``submit``."""
-    g = parser.add_argument_group("sampling")
-    g.add_argument("--max-tokens", type=int, default=64, help="new tokens at most (default 64)")
-    g.add_argument("--min-tokens", type=int, default=0)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (the default here)")
-    g.add_argument("--top-k", type=int, default=0, help="0 disables")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--min-p", type=float, default=0.0)
-    g.add_argument("--seed", type=int, default=None, help="per-request seed: same seed, same text")
-    g.add_argument("--ignore-eos", action="store_true", help="EOS does not stop generation")
-    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    g.add_argument("--stop-token-id", action="append", type=int, default=[], dest="stop_token_ids")
-    g.add_argument("--logprobs", type=int, default=None, help="top-N logprobs per token")
-    g.add_argument("-n", "--n", type=int, default=1, help="independent choices per prompt")
-
-
-def sampling_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The sampling flags as the keyword arguments of ``SamplingSpec`` / ``SamplingParams``."""
-    return {
-        "max_tokens": args.max_tokens,
-        "min_tokens": args.min_tokens,
-        "temperature": args.temperature,
-        "top_k": args.top_k,
-        "top_p": args.top_p,
-        "min_p": args.min_p,
-        "seed": args.seed,
-        "ignore_eos": args.ignore_eos,
-        "stop": tuple(args.stop),
-        "stop_token_ids": tuple(args.stop_token_ids),
-        "logprobs": args.logprobs,
-        "n": args.n,
-    }
 
 
 def add_producer_commands(sub: Any) -> None:
@@ -84,22 +50,7 @@ def add_producer_commands(sub: Any) -> None:
     )
     follows = [common, following]  # the commands that follow a job's events
 
-    submit = sub.add_parser("submit", parents=follows, help="enqueue a job and print its id")
-    submit.add_argument("prompt", metavar="PROMPT")
-    submit.add_argument("--chat", action="store_true", help="wrap PROMPT as one user message")
-    submit.add_argument("--stream", action="store_true", help="follow its events until it ends")
-    submit.add_argument("--id", dest="job_id", metavar="ID", help="job id (default: random)")
-    submit.add_argument(
-        "--priority",
-        default=None,
-        help="-100..100, lower runs first, or interactive (-10), default (0), batch (10)",
-    )
-    submit.add_argument("--tenant", default=None, help="default: 'default'")
-    submit.add_argument(
-        "--deadline-s", type=float, default=None, help="not started within S seconds: expired"
-    )
-    add_sampling_arguments(submit)
-    submit.set_defaults(func=_guarded(cmd_submit))
+    _add_submit_command(sub, follows)
 
     status = sub.add_parser("status", parents=[common], help="print a job's status fields")
     status.add_argument("job_id", metavar="ID")
@@ -123,6 +74,31 @@ def add_producer_commands(sub: Any) -> None:
 
     add_limits_command(sub, common, _guarded)
     add_top_command(sub, common, _guarded)
+
+
+def _add_submit_command(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    submit = sub.add_parser("submit", parents=parents, help="enqueue a job and print its id")
+    submit.add_argument("prompt", metavar="PROMPT")
+    submit.add_argument("--chat", action="store_true", help="wrap PROMPT as one user message")
+    submit.add_argument("--stream", action="store_true", help="follow its events until it ends")
+    submit.add_argument("--id", dest="job_id", metavar="ID", help="job id (default: random)")
+    submit.add_argument(
+        "--priority",
+        default=None,
+        help="-100..100, lower runs first, or interactive (-10), default (0), batch (10)",
+    )
+    submit.add_argument("--tenant", default=None, help="default: 'default'")
+    submit.add_argument(
+        "--deadline-s", type=float, default=None, help="not started within S seconds: expired"
+    )
+    submit.add_argument(
+        "--cache-salt",
+        default=None,
+        help="only jobs with the same salt share cached prompt blocks (by default a worker also "
+        "salts by tenant, so tenants never share)",
+    )
+    add_sampling_arguments(submit)
+    submit.set_defaults(func=_guarded(cmd_submit))
 
 
 Command = Callable[[argparse.Namespace], int]
@@ -178,6 +154,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             priority=args.priority,
             tenant=args.tenant,
             deadline_s=args.deadline_s,
+            cache_salt=args.cache_salt,
         )
         if not handle.created:
             print(f"job {handle.job_id} exists already; nothing was added", file=sys.stderr)

@@ -8,9 +8,9 @@ from typing import Any
 
 import redis
 
+from producer import envs, scripts, waiting
 from producer import requests as rq
-from producer import scripts, waiting
-from producer.connection import key_prefix_from_env, open_client
+from producer.connection import open_client
 from producer.errors import JobNotFound
 from producer.keys import Keys, band_of
 from producer.protocol import Event, JobSpec, JobState, UnknownEvent
@@ -66,7 +66,7 @@ class Producer:
         self.redis, self._embedded = open_client(
             redis_url, client, lambda url: redis.Redis.from_url(url, decode_responses=True)
         )
-        self.keys = Keys(prefix or key_prefix_from_env())
+        self.keys = Keys(prefix or envs.key_prefix())
         self.result_ttl_s = result_ttl_s
         self.reconnect = reconnect
         self._submit = self.redis.register_script(scripts.SUBMIT)

@@ -8,32 +8,16 @@ is still there when one starts.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from producer import envs
 from producer.errors import NoRedis
-from producer.keys import DEFAULT_PREFIX
-
-
-def redis_url_from_env() -> str | None:
-    """``REDIS_URL``, e.g. ``redis://127.0.0.1:6379/0``; None when unset."""
-    return os.environ.get("REDIS_URL") or None
-
-
-def key_prefix_from_env() -> str:
-    """``PATERNOSTER_PREFIX``: the key prefix, so several job planes can share one Redis."""
-    return os.environ.get("PATERNOSTER_PREFIX") or DEFAULT_PREFIX
 
 
 def embedded_db_path() -> Path:
-    base = os.environ.get("PATERNOSTER_CACHE_DIR")
-    if base:
-        root = Path(base)
-    else:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "paternoster"
-    return root / "redis" / "paternoster.rdb"
+    return envs.cache_dir() / "redis" / "paternoster.rdb"
 
 
 class EmbeddedRedis:
@@ -60,7 +44,7 @@ class EmbeddedRedis:
 def resolve_redis_url(url: str | None = None) -> tuple[str, EmbeddedRedis | None]:
     """``url`` when given, else ``REDIS_URL``, else the embedded server's URL and the server
     (keep it while you use it)."""
-    url = url or redis_url_from_env()
+    url = url or envs.redis_url()
     if url:
         return url, None
     server = EmbeddedRedis()

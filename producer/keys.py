@@ -13,7 +13,12 @@ DEFAULT_PREFIX = "paternoster"
 # Priority bands, most urgent first; each has its own jobs stream so a worker reads urgent jobs
 # before a backlog of batch jobs (one stream in arrival order could not). See `band_of`.
 BANDS = ("interactive", "default", "batch")
+# The lowest priority of each band after the first, in order: below 0 interactive, 0-9
+# default, 10 and up batch. `band_of` and the SUBMIT script's (generated) band_of read this.
+BAND_FLOORS = {"default": 0, "batch": 10}
 DEAD_LETTER_MAXLEN = 10_000  # entries the dead-letter stream keeps (approximately: MAXLEN ~)
+CANCELS_MAXLEN = 10_000  # entries the cancels stream keeps (approximately: MAXLEN ~)
+RECENT_KEPT = 100  # ids the recent list keeps (SUBMIT trims it)
 # Job ids become parts of key names and log lines: keep them to a safe, bounded alphabet.
 MAX_JOB_ID_CHARS = 128
 JOB_ID_PATTERN = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._:@-]{{0,{MAX_JOB_ID_CHARS - 1}}}$")
@@ -83,7 +88,7 @@ class Keys:
 
     @property
     def recent(self) -> str:
-        """List of the most recently submitted job ids, newest first (at most 100)."""
+        """List of the most recently submitted job ids, newest first (at most RECENT_KEPT)."""
         return f"{self.prefix}:recent"
 
     @property
@@ -110,10 +115,13 @@ class Keys:
 
 
 def band_of(priority: int) -> str:
-    """Band of a priority (lower is more urgent): below 0 interactive, 0-9 default, 10+ batch."""
-    if priority < 0:
-        return "interactive"
-    return "default" if priority < 10 else "batch"
+    """Band of a priority (lower is more urgent): the last band whose floor it reaches
+    (``BAND_FLOORS``), else the first."""
+    band = BANDS[0]
+    for name, floor in BAND_FLOORS.items():
+        if priority >= floor:
+            band = name
+    return band
 
 
 def is_valid_job_id(job_id: str) -> bool:

@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator,
 
 from producer.keys import JOB_ID_PATTERN
 
+# The states and finish reasons are declared once, in ``producer.status``; JobState is
+# re-exported here, where it was declared before.
+from producer.status import EntryField, FinishReason
+from producer.status import JobState as JobState
+
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
 # Priority: lower is more urgent (vLLM's and Celery's convention).
@@ -136,21 +141,6 @@ class JobSpec(_Frozen):
         return self
 
 
-class JobState(enum.StrEnum):
-    """The ``state`` field of a job's status hash."""
-
-    QUEUED = "queued"  # in the jobs stream, not yet taken by a worker
-    RUNNING = "running"  # a worker took it and published `started`
-    DONE = "done"  # finished normally (`done` event)
-    ERROR = "error"  # rejected or failed (`error` event)
-    CANCELLED = "cancelled"  # a client cancelled it (`cancelled` event)
-    EXPIRED = "expired"  # its deadline passed before it started (`expired` event)
-
-    @property
-    def terminal(self) -> bool:
-        return self not in (JobState.QUEUED, JobState.RUNNING)
-
-
 class ErrorCode(enum.StrEnum):
     MALFORMED_JSON = "malformed_json"
     UNSUPPORTED_SCHEMA_VERSION = "unsupported_schema_version"
@@ -216,10 +206,6 @@ class TokenEvent(_Event):
     logprobs: tuple[TokenLogprob, ...] | None = None
 
 
-# "deadline": the job's deadline passed while it ran; it ended with what it had produced.
-FinishReason = Literal["stop", "length", "stop_string", "deadline"]
-
-
 class ChoiceEnd(_Frozen):
     choice: int
     finish_reason: FinishReason
@@ -272,15 +258,15 @@ class UnknownEvent(_Event):
 def event_fields(event: _Event) -> dict[str, str]:
     """The stream entry for an event: ``type`` (for readers who filter) and ``data`` (JSON)."""
     kind = str(getattr(event, "type"))  # noqa: B009  (each subclass declares its own Literal)
-    return {"type": kind, "data": event.model_dump_json(exclude_none=True)}
+    return {EntryField.TYPE: kind, EntryField.DATA: event.model_dump_json(exclude_none=True)}
 
 
 def parse_event(event_id: str, fields: dict[str, str]) -> Event | UnknownEvent:
     """The event of one stream entry; ``UnknownEvent`` for a type this version does not know."""
-    kind = fields.get("type")
+    kind = fields.get(EntryField.TYPE)
     if kind is not None and kind not in EVENT_TYPES:
         return UnknownEvent(type=kind, event_id=event_id)
-    event = _EVENT_ADAPTER.validate_json(fields["data"])
+    event = _EVENT_ADAPTER.validate_json(fields[EntryField.DATA])
     return event.model_copy(update={"event_id": event_id})
 
 

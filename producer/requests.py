@@ -43,11 +43,13 @@ def build_spec(
     deadline: float | None = None,
     deadline_s: float | None = None,
     metadata: Mapping[str, Any] | None = None,
+    cache_salt: str | None = None,
     **sampling_kwargs: Any,
 ) -> JobSpec:
     """A validated JobSpec from keyword arguments; sampling fields may be given flat
     (``max_tokens=32``) or as ``sampling``. ``deadline_s`` is relative to now. ``priority`` is
-    an int or an alias (``protocol.PRIORITY_ALIASES``: interactive, default, batch)."""
+    an int or an alias (``protocol.PRIORITY_ALIASES``: interactive, default, batch).
+    ``cache_salt``: only jobs with the same salt share cached prompt blocks (``JobSpec``)."""
     if priority is not None:
         try:
             priority = parse_priority(priority)
@@ -66,6 +68,7 @@ def build_spec(
         "tenant": tenant,
         "deadline": deadline,
         "metadata": dict(metadata) if metadata is not None else None,
+        "cache_salt": cache_salt,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     try:

@@ -13,6 +13,7 @@ from producer.protocol import (
     ErrorEvent,
     Event,
     ExpiredEvent,
+    FinishReason,
     JobState,
     StartedEvent,
     Timings,
@@ -20,6 +21,7 @@ from producer.protocol import (
     UnknownEvent,
     Usage,
 )
+from producer.status import StatusField
 
 
 class JobStatus(BaseModel):
@@ -39,7 +41,7 @@ class JobStatus(BaseModel):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_prompt_tokens: int | None = None
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     error_code: str | None = None
     error_message: str | None = None
     cancel_requested: bool = False
@@ -54,10 +56,11 @@ class JobStatus(BaseModel):
 
     @classmethod
     def from_hash(cls, job_id: str, fields: Mapping[str, str]) -> JobStatus:
+        """Typed from the hash's fields (``status.StatusField``); the others are left out."""
         known = {k: v for k, v in fields.items() if k in cls.model_fields and v != ""}
         known.pop("job_id", None)
-        if "cancel_requested" in known:
-            known["cancel_requested"] = str(known["cancel_requested"] == "1")
+        if StatusField.CANCEL_REQUESTED in known:
+            known[StatusField.CANCEL_REQUESTED] = str(known[StatusField.CANCEL_REQUESTED] == "1")
         return cls.model_validate({"job_id": job_id, **known})
 
 
@@ -68,7 +71,7 @@ class ChoiceResult:
     choice: int
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
 
     def add(self, event: TokenEvent) -> None:
         # An event whose tokens we already have is a repeat (a worker's write retried after a
@@ -86,7 +89,7 @@ class JobResult:
 
     job_id: str
     state: JobState = JobState.RUNNING
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     usage: Usage | None = None
     timings: Timings | None = None
     worker: str | None = None

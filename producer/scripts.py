@@ -1,223 +1,250 @@
-"""Lua scripts that make each state change of a job atomic in Redis.
+"""The Lua scripts that make each state change of a job atomic in Redis, and what each is passed.
 
 Submit, cancel and a worker's claim race each other (many producers, many workers); each script
 reads the status hash and acts in one step, so a job is enqueued once, cancelled before start
 or started, never both. Times come from Redis ``TIME`` so all timings share one clock.
+
+The scripts ship as files, ``producer/lua/<name>.lua`` (package data), so a client in another
+language loads the very text the Python side runs. Each file opens with lines generated from
+the Python declarations it uses (states, field names, key names, limits: ``declarations``,
+written out by ``producer.lua_prelude``), and the Python side regenerates them as it loads a
+file (about 3 ms for the four, at import), so what Redis runs always carries the enums' values;
+``write_files()`` rewrites the files after a declaration changes (a test fails until it has). The text is passed to redis-py's
+``register_script``, whose calls run ``EVALSHA`` and, on ``NOSCRIPT`` (a restarted or flushed
+Redis forgot it), load the script again and retry.
 """
 
 from __future__ import annotations
 
-# Seconds as "sec.micro" from Redis' clock; shared preamble of every script.
-_NOW = """
-local t = redis.call('TIME')
-local now = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
-"""
+import enum
+import functools
+from importlib import resources
+from pathlib import Path
 
-# Admission and enqueue in one step, so concurrent producers can never overshoot a limit.
-# KEYS: status hash, the job's band stream (`Keys.band`), band load hash (`Keys.band_load`),
-#   tenant load hash (`Keys.tenant_load`), limits hash (`Keys.limits`), recent list
-#   (`Keys.recent`).
-# ARGV: job id, payload JSON, priority, tenant, band, cost in tokens (`admission.estimate_cost_
-#   tokens`).
-# Limits are fields `<scope>:<kind>` of the limits hash (scope `band:<band>`, `tenant:<name>`,
-# or `tenant:*` for tenants without their own; kind `jobs` or `tokens`); a missing field is no
-# limit. A job is refused when it would take its scope past a limit; a tokens limit is not
-# applied to a scope with nothing queued, or a job costing more than the limit would be refused
-# forever (so a scope holds at most max(limit, one job's cost) tokens). Jobs limit 0 closes it.
-# Returns {1, stream id} when enqueued, {0, stream id of the existing job} when the id exists
-# (nothing counted again), {-1, scope, kind, current, limit} when refused (nothing written).
-SUBMIT = (
-    _NOW
-    + """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('HGET', KEYS[1], 'stream_id') or ''}
-end
-local cost = tonumber(ARGV[6])
-local function limit_of(scope, fallback, kind)
-  local limit = redis.call('HGET', KEYS[5], scope .. ':' .. kind)
-  if not limit and fallback then limit = redis.call('HGET', KEYS[5], fallback .. ':' .. kind) end
-  return tonumber(limit)
-end
-local function over(load_key, scope, fallback)
-  local jobs = tonumber(redis.call('HGET', load_key, 'jobs') or '0')
-  local tokens = tonumber(redis.call('HGET', load_key, 'tokens') or '0')
-  local limit = limit_of(scope, fallback, 'jobs')
-  if limit and jobs + 1 > limit then return {-1, scope, 'jobs', jobs, limit} end
-  limit = limit_of(scope, fallback, 'tokens')
-  if limit and jobs > 0 and tokens + cost > limit then
-    return {-1, scope, 'tokens', tokens, limit}
-  end
-  return nil
-end
-local band_scope = 'band:' .. ARGV[5]
-local tenant_scope = 'tenant:' .. ARGV[4]
-local refused = over(KEYS[3], band_scope, nil) or over(KEYS[4], tenant_scope, 'tenant:*')
-if refused then return refused end
-local sid = redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'payload', ARGV[2])
-redis.call('HSET', KEYS[1], 'state', 'queued', 'submitted_at', now, 'priority', ARGV[3],
-           'tenant', ARGV[4], 'stream_id', sid, 'band', ARGV[5], 'cost_tokens', ARGV[6])
-for _, key in ipairs({KEYS[3], KEYS[4]}) do
-  redis.call('HINCRBY', key, 'jobs', 1)
-  redis.call('HINCRBY', key, 'tokens', cost)
-end
-redis.call('LPUSH', KEYS[6], ARGV[1])
-redis.call('LTRIM', KEYS[6], 0, 99)
-return {1, sid}
-"""
+from producer import lua_prelude
+from producer.admission import (
+    BYTES_PER_TOKEN,
+    KINDS,
+    TOKENS_PER_MESSAGE,
+    band_scope,
+    limit_field,
+    tenant_scope,
 )
-
-# Shared by CANCEL and CLAIM: a job leaving "queued" gives back what SUBMIT counted, once (the
-# callers check the state first, and only SUBMIT sets `band`, so a job enqueued with a bare XADD
-# or by hand never counted and gives back nothing). The load keys are derived from the key
-# prefix (ARGV) and the hash's `band` and `tenant`, as `Keys.band_load` / `Keys.tenant_load`
-# spell them: keys not passed in KEYS are not cluster-safe, which holds for the whole protocol
-# (one single-node Redis).
-_UNLOAD = """
-local function unload(prefix)
-  local f = redis.call('HMGET', KEYS[1], 'band', 'tenant', 'cost_tokens')
-  if not prefix or prefix == '' or not f[1] then return end
-  local cost = tonumber(f[3] or '0')
-  for _, key in ipairs({prefix .. ':load:band:' .. f[1], prefix .. ':load:tenant:' .. f[2]}) do
-    redis.call('HINCRBY', key, 'jobs', -1)
-    redis.call('HINCRBY', key, 'tokens', -cost)
-  end
-end
-"""
-
-# KEYS: status hash, events stream, cancels stream. ARGV: job id, ttl_s, cancelled event JSON,
-#   key prefix (for the load keys, see _UNLOAD).
-# A queued job ends here and now; a running one is flagged and its worker told via the cancels
-# stream. Returns "cancelled", "cancelling", "missing" or the terminal state it already had.
-CANCEL = (
-    _NOW
-    + _UNLOAD
-    + """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return 'missing' end
-if state == 'queued' then
-  unload(ARGV[4])
-  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_at', now)
-  redis.call('XADD', KEYS[2], '*', 'type', 'cancelled', 'data', ARGV[3])
-  redis.call('EXPIRE', KEYS[1], ARGV[2])
-  redis.call('EXPIRE', KEYS[2], ARGV[2])
-  return 'cancelled'
-end
-if state == 'running' then
-  redis.call('HSET', KEYS[1], 'cancel_requested', '1')
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', '10000', '*', 'id', ARGV[1])
-  return 'cancelling'
-end
-return state
-"""
+from producer.keys import (
+    BAND_FLOORS,
+    BANDS,
+    CANCELS_MAXLEN,
+    DEAD_LETTER_MAXLEN,
+    RECENT_KEPT,
+    Keys,
 )
-
-# A worker takes a job it read from a jobs stream.
-# KEYS: status hash, events stream, the jobs stream the entry was read from (its band's).
-# ARGV: action ("start" | "reject"), worker name, deadline ("" or unix seconds), ttl_s, error
-#   event JSON (for "reject"), expired event JSON, consumer group, the job's entry id in the
-#   jobs stream, key prefix (`Keys.prefix`, for the load keys, see _UNLOAD).
-# A queued job that leaves "queued" here (started, rejected, expired) gives back its load. A
-# worker that omits the prefix (written before admission limits) leaves the load counted.
-# Only a job that is queued (or has no status hash: enqueued by hand with XADD) can be taken;
-# anything else (cancelled while queued, a duplicate entry) returns its state and is skipped.
-# A claim retried by the same worker for the same entry (its reply was lost to a connection
-# error) answers "started" again with the original times, so the job is not stranded.
-# Every outcome but "started" ends the job's delivery here: its entry is acknowledged after the
-# terminal event is written, in the same atomic step, and deleted (the jobs stream holds only
-# jobs not yet ended, so it needs no trimming that could drop a pending one).
-# Returns {outcome, submitted_at, now} with outcome "started" | "rejected" | "expired" | state.
-CLAIM = (
-    _NOW
-    + _UNLOAD
-    + """
-local state = redis.call('HGET', KEYS[1], 'state')
-local mine = redis.call('HMGET', KEYS[1], 'worker', 'entry_id', 'submitted_at', 'started_at')
-if state == 'running' and mine[1] == ARGV[2] and mine[2] == ARGV[8] then
-  return {'started', mine[3], mine[4]}  -- this worker's claim again, its first reply lost
-end
-if state and state ~= 'queued' then
-  redis.call('XACK', KEYS[3], ARGV[7], ARGV[8])
-  redis.call('XDEL', KEYS[3], ARGV[8])
-  return {state, '', now}
-end
-if state then unload(ARGV[9]) end
-local submitted = redis.call('HGET', KEYS[1], 'submitted_at')
-if not submitted then
-  submitted = now
-  redis.call('HSET', KEYS[1], 'submitted_at', now)
-end
-local function finish(final, event_type, data)
-  redis.call('HSET', KEYS[1], 'state', final, 'finished_at', now, 'worker', ARGV[2])
-  redis.call('XADD', KEYS[2], '*', 'type', event_type, 'data', data)
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-  redis.call('EXPIRE', KEYS[2], ARGV[4])
-  redis.call('XACK', KEYS[3], ARGV[7], ARGV[8])
-  redis.call('XDEL', KEYS[3], ARGV[8])
-end
-if ARGV[1] == 'reject' then
-  local err = cjson.decode(ARGV[5])
-  redis.call('HSET', KEYS[1], 'error_code', err['code'], 'error_message', err['message'])
-  finish('error', 'error', ARGV[5])
-  return {'rejected', submitted, now}
-end
-if ARGV[3] ~= '' and tonumber(now) > tonumber(ARGV[3]) then
-  finish('expired', 'expired', ARGV[6])
-  return {'expired', submitted, now}
-end
-local queued = string.format('%.6f', tonumber(now) - tonumber(submitted))
-redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', now, 'worker', ARGV[2],
-           'deliveries', 1, 'entry_id', ARGV[8])
-redis.call('XADD', KEYS[2], '*', 'type', 'started',
-           'data', cjson.encode({type = 'started', worker = ARGV[2], queued_s = tonumber(queued)}))
-return {'started', submitted, now}
-"""
+from producer.protocol import (
+    EVENT_TYPES,
+    ChatMessage,
+    ErrorEvent,
+    ExpiredEvent,
+    JobSpec,
+    SamplingSpec,
+    StartedEvent,
+    event_fields,
 )
+from producer.status import EntryField, JobState, StatusField
 
-# A worker takes over a running job whose worker stopped renewing its lease (it died, or was
-# stopped and handed the job back), after XCLAIMing its jobs-stream entry.
-# KEYS: status hash, events stream, the entry's jobs stream, dead-letter stream.
-# ARGV: this worker, the old worker (the entry's consumer), max deliveries, ttl_s, error event
-#   JSON (dead letter; `{deliveries}` in its message becomes the count), consumer group, entry
-#   id, job id, the entry's payload.
-# A job handed back by a graceful stop (``handoff``) is not counted as a failed delivery; any
-# other takeover is, and past max deliveries the job ends with the error event and goes to the
-# dead-letter stream: a job that kills every worker running it stops there.
-# Returns {outcome, deliveries}: "resumed" (continue it from its events), "queued" (never
-# started: take it as a new job), "dead_letter", "owned" (another worker runs it now), or the
-# terminal state it already reached (the old worker died after the end, before the ack).
-RECLAIM = (
-    _NOW
-    + """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state or state == 'queued' then return {'queued', 0} end
-if state ~= 'running' then
-  redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
-  redis.call('XDEL', KEYS[3], ARGV[7])
-  return {state, 0}
-end
-if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[2] then return {'owned', 0} end
-local n = tonumber(redis.call('HGET', KEYS[1], 'deliveries') or '1')
-if redis.call('HGET', KEYS[1], 'handoff') == '1' then
-  redis.call('HDEL', KEYS[1], 'handoff')
-else
-  n = redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
-end
-if n > tonumber(ARGV[3]) then
-  -- The message counts the deliveries that happened (n - 1 workers ran it), not the setting.
-  local err = cjson.decode(ARGV[5])
-  err['message'] = (string.gsub(err['message'], '{deliveries}', tostring(n - 1)))
-  redis.call('HSET', KEYS[1], 'state', 'error', 'finished_at', now, 'worker', ARGV[1],
-             'error_code', err['code'], 'error_message', err['message'])
-  redis.call('XADD', KEYS[2], '*', 'type', 'error', 'data', cjson.encode(err))
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-  redis.call('EXPIRE', KEYS[2], ARGV[4])
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', '10000', '*', 'id', ARGV[8], 'entry_id', ARGV[7],
-             'payload', ARGV[9], 'deliveries', n, 'worker', ARGV[2])
-  redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
-  redis.call('XDEL', KEYS[3], ARGV[7])
-  return {'dead_letter', n}
-end
-redis.call('HSET', KEYS[1], 'worker', ARGV[1], 'resumed_at', now)
-return {'resumed', n}
-"""
-)
+SCRIPT_NAMES = ("submit", "cancel", "claim", "reclaim")
+# RECLAIM's error message names the deliveries with this; the script writes in the count.
+DELIVERIES_MARK = "{deliveries}"
+# What CLAIM writes when a job's deadline passed before a worker took it.
+EXPIRED_AT_CLAIM = "deadline passed before the job started"
+
+
+class CancelAnswer(enum.StrEnum):
+    """CANCEL's answer, unless the job had ended already (then it is the job's state)."""
+
+    CANCELLED = "cancelled"  # it was queued: it ended here
+    CANCELLING = "cancelling"  # it runs: its worker stops it within a step
+    MISSING = "missing"  # no status hash
+
+
+class ClaimAction(enum.StrEnum):
+    """CLAIM's first argument: what the worker asks of it."""
+
+    START = "start"
+    REJECT = "reject"
+
+
+class ClaimAnswer(enum.StrEnum):
+    """CLAIM's answer, unless the job was not queued (then it is the job's state)."""
+
+    STARTED = "started"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class ReclaimAnswer(enum.StrEnum):
+    """RECLAIM's answer, unless the job had ended already (then it is the job's state)."""
+
+    QUEUED = "queued"  # never started: take it as a new job
+    RESUMED = "resumed"  # continue it from its events
+    DEAD_LETTER = "dead_letter"  # ended with an error, its entry moved to the dead letters
+    OWNED = "owned"  # another worker runs it now
+
+
+_ANSWERS: dict[str, type[enum.StrEnum]] = {
+    "cancel": CancelAnswer,
+    "claim": ClaimAnswer,
+    "reclaim": ReclaimAnswer,
+}
+
+
+def _members(values: type[enum.StrEnum]) -> dict[str, lua_prelude.LuaValue]:
+    return {m.name: m.value for m in values}
+
+
+def _fields(
+    model: type[JobSpec | SamplingSpec | ChatMessage | StartedEvent | ErrorEvent],
+) -> dict[str, lua_prelude.LuaValue]:
+    """A model's JSON field names, so a script reads a payload or event by the model's names."""
+    return {name.upper(): name for name in model.model_fields}
+
+
+def _default(model: type[JobSpec | SamplingSpec], field: str) -> lua_prelude.LuaValue:
+    value = model.model_fields[field].default
+    assert isinstance(value, int | str), (model, field)
+    return value
+
+
+def _band_of() -> str:
+    """``keys.band_of`` as Lua, from the same floors."""
+    rules = [
+        f"if priority >= {floor} then return {lua_prelude.literal(band)} end"
+        for band, floor in reversed(BAND_FLOORS.items())
+    ]
+    last = f"return {lua_prelude.literal(BANDS[0])}"
+    return lua_prelude.function("band_of", ["priority"], [*rules, last])
+
+
+@functools.cache
+def definitions() -> dict[str, str]:
+    """Functions generated from the Python that computes the same, then shared pieces of Lua
+    (``lua/shared``, each named by what it defines); a piece may use what comes before it."""
+    lp = lua_prelude
+    code = {
+        "job_key": lp.concat_function("job_key", ["prefix", "id"], lambda p, i: Keys(p).job(i)),
+        "band_stream": lp.lookup_function(
+            "band_stream",
+            ["prefix", "band"],
+            {b: (lambda p, b=b: Keys(p).band(b)) for b in BANDS},
+        ),
+        "band_load_key": lp.concat_function(
+            "band_load_key", ["prefix", "band"], lambda p, b: Keys(p).band_load(b)
+        ),
+        "tenant_load_key": lp.concat_function(
+            "tenant_load_key", ["prefix", "tenant"], lambda p, t: Keys(p).tenant_load(t)
+        ),
+        "limits_key": lp.concat_function("limits_key", ["prefix"], lambda p: Keys(p).limits),
+        "recent_key": lp.concat_function("recent_key", ["prefix"], lambda p: Keys(p).recent),
+        "band_of": _band_of(),
+        "band_scope": lp.lookup_function(
+            "band_scope", ["band"], {b: (lambda b=b: band_scope(b)) for b in BANDS}
+        ),
+        "tenant_scope": lp.concat_function("tenant_scope", ["tenant"], tenant_scope),
+        "limit_field": lp.concat_function("limit_field", ["scope", "kind"], limit_field),
+    }
+    for piece in ("now", "unload"):
+        code[piece] = shipped(f"shared/{piece}.lua").strip()
+    return code
+
+
+def declarations(script: str) -> lua_prelude.Names:
+    """Everything a script may use; its prelude defines the part its body names."""
+    tables: dict[str, dict[str, lua_prelude.LuaValue]] = {
+        "State": _members(JobState),
+        "Field": _members(StatusField),
+        "Entry": _members(EntryField),
+        "Event": {kind.upper(): kind for kind in sorted(EVENT_TYPES)},
+        "Kind": {kind.upper(): kind for kind in KINDS},  # load-hash fields and limit kinds
+        "Action": _members(ClaimAction),
+        "JobSpec": _fields(JobSpec),
+        "SamplingSpec": _fields(SamplingSpec),
+        "ChatMessage": _fields(ChatMessage),
+        "StartedEvent": _fields(StartedEvent),
+        "ErrorEvent": _fields(ErrorEvent),
+    }
+    if script in _ANSWERS:
+        tables["Answer"] = _members(_ANSWERS[script])
+    values: dict[str, lua_prelude.LuaValue] = {
+        "RECENT_KEPT": RECENT_KEPT,
+        "CANCELS_MAXLEN": CANCELS_MAXLEN,
+        "DEAD_LETTER_MAXLEN": DEAD_LETTER_MAXLEN,
+        "BYTES_PER_TOKEN": BYTES_PER_TOKEN,
+        "TOKENS_PER_MESSAGE": TOKENS_PER_MESSAGE,
+        "DEFAULT_PRIORITY": _default(JobSpec, "priority"),
+        "DEFAULT_TENANT": _default(JobSpec, "tenant"),
+        "DEFAULT_MAX_TOKENS": _default(SamplingSpec, "max_tokens"),
+        "DEFAULT_N": _default(SamplingSpec, "n"),
+        "ANY_TENANT_SCOPE": tenant_scope(None),
+        "DELIVERIES_MARK": DELIVERIES_MARK,
+    }
+    return lua_prelude.Names(tables, values, definitions())
+
+
+def shipped(name: str) -> str:
+    """The text of a file of ``producer/lua`` as the package holds it."""
+    return resources.files("producer").joinpath("lua", name).read_text(encoding="utf-8")
+
+
+def load(script: str) -> str:
+    """A script's text as Redis runs it: its file, with the generated lines regenerated."""
+    return lua_prelude.regenerate(shipped(f"{script}.lua"), declarations(script))
+
+
+SUBMIT = load("submit")
+CANCEL = load("cancel")
+CLAIM = load("claim")
+RECLAIM = load("reclaim")
+
+
+def claim_keys(keys: Keys, job_id: str, stream: str) -> list[str]:
+    """CLAIM's KEYS: the job's hash and events, and the jobs stream its entry was read from."""
+    return [keys.job(job_id), keys.events(job_id), stream]
+
+
+def claim_args(
+    keys: Keys,
+    *,
+    action: ClaimAction,
+    worker: str,
+    entry_id: str,
+    ttl_s: int,
+    deadline: float | None = None,
+    error: ErrorEvent | None = None,
+) -> list[str | int]:
+    """CLAIM's ARGV: every event it may write is built here, from the protocol's models."""
+    data = "" if error is None else event_fields(error)[EntryField.DATA]
+    expired = event_fields(ExpiredEvent(message=EXPIRED_AT_CLAIM))[EntryField.DATA]
+    # CLAIM sets queued_s on Redis' clock; 0.0 stands in until then.
+    started = event_fields(StartedEvent(worker=worker, queued_s=0.0))[EntryField.DATA]
+    return [
+        action,
+        worker,
+        "" if deadline is None else repr(deadline),
+        ttl_s,
+        data,
+        expired,
+        keys.group,
+        entry_id,
+        keys.prefix,  # the script derives the admission-load keys from it
+        started,
+    ]
+
+
+def write_files() -> list[Path]:
+    """Rewrite each ``lua/*.lua`` file whose generated lines are stale; the paths rewritten."""
+    written = []
+    for script in SCRIPT_NAMES:
+        path = Path(__file__).with_name("lua") / f"{script}.lua"
+        text = load(script)
+        if path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    return written

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,11 @@ def test_bundled_model_knows_the_capital_of_france(capsys: pytest.CaptureFixture
     record = json.loads(capsys.readouterr().out.strip())
     assert "Paris" in record["text"]
     assert record["finish_reason"] == "stop"
+
+
+def test_bench_imports_the_load_bench_as_a_module(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "--admission-limit" in capsys.readouterr().out
+    module = sys.modules["ops.bench.load"]  # a package module, not a file loaded by its path
+    assert module.__spec__ is not None and module.__spec__.name == "ops.bench.load"

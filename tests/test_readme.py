@@ -45,3 +45,12 @@ def test_the_engine_example_generates(
     out = capsys.readouterr().out
     assert "Paris" in out  # greedy SmolLM2 knows it
     assert re.search(r"r1 '[^']*' (stop|length)\n$", out)  # the stream ends with a reason
+
+
+def test_the_readme_states_the_command_lines_own_sampling_defaults() -> None:
+    from producer.sampling_args import CLI_SAMPLING_DEFAULTS
+
+    text = " ".join(README.read_text().split())
+    assert f"`--max-tokens` {CLI_SAMPLING_DEFAULTS['max_tokens']}" in text
+    assert f"`--temperature` {CLI_SAMPLING_DEFAULTS['temperature']:g} (greedy)" in text
+    assert "`SamplingSpec` (so `Producer.submit`, `/v1/jobs`)" in text

@@ -7,7 +7,9 @@ import uuid
 
 import httpx
 import pytest
+import redis
 
+from producer import Keys
 from tests.gateway.conftest import Served, parse_sse
 
 GREEDY = {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
@@ -122,6 +124,19 @@ def test_not_json_is_422(gateway: Served) -> None:
     with gateway.client() as client:
         response = client.post("/v1/jobs", content=b"{not json", headers={"content-type": "x"})
         assert response.status_code == 422
+
+
+def test_a_body_sets_the_cache_salt(idle_gateway: Served, redis_url: str, gw_prefix: str) -> None:
+    keys = Keys(f"{gw_prefix}-idle")  # idle_gateway's prefix: the job stays queued
+    raw = redis.Redis.from_url(redis_url, decode_responses=True)
+    with idle_gateway.client() as client:
+        job_id = submit(client, prompt="Hello", cache_salt="team-1")
+        (fields,) = [f for _, f in raw.xrange(keys.jobs) if f["id"] == job_id]
+        assert json.loads(fields["payload"])["cache_salt"] == "team-1"
+        bad = client.post("/v1/jobs", json={"prompt": "Hello", "cache_salt": ""})
+        assert bad.status_code == 422 and "cache_salt" in bad.json()["error"]["message"]
+        client.post(f"/v1/jobs/{job_id}/cancel")
+    raw.close()
 
 
 def test_result_timeout_then_cancel(idle_gateway: Served) -> None:

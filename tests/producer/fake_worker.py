@@ -16,7 +16,6 @@ from producer.protocol import (
     CancelledEvent,
     DoneEvent,
     ErrorEvent,
-    ExpiredEvent,
     Timings,
     TokenEvent,
     Usage,
@@ -75,34 +74,27 @@ class FakeWorker:
         assert got is not None, "no job in the jobs stream"
         entry_id, fields = got
         payload = json.loads(fields["payload"]) if "payload" in fields else {}
-        deadline = payload.get("deadline")
-        return self.claim(
-            entry_id, fields["id"], "start", "" if deadline is None else repr(deadline)
-        )
+        return self.claim(entry_id, fields["id"], "start", payload.get("deadline"))
 
     def claim(
         self,
         entry_id: str,
         job_id: str,
         action: str = "start",
-        deadline: str = "",
+        deadline: float | None = None,
         error: tuple[str, str] = ("", ""),
     ) -> FakeJob:
-        error_data = event_fields(ErrorEvent(code=error[0], message=error[1]))["data"]
-        expired = event_fields(ExpiredEvent(message="deadline passed before the job started"))
         stream = self._stream_of.get(entry_id, self.keys.jobs)
-        keys = [self.keys.job(job_id), self.keys.events(job_id), stream]
-        args = [
-            action,
-            self.name,
-            deadline,
-            TTL_S,
-            error_data,
-            expired["data"],
-            self.keys.group,
-            entry_id,
-            self.keys.prefix,
-        ]
+        keys = scripts.claim_keys(self.keys, job_id, stream)
+        args = scripts.claim_args(
+            self.keys,
+            action=scripts.ClaimAction(action),
+            worker=self.name,
+            entry_id=entry_id,
+            ttl_s=TTL_S,
+            deadline=deadline,
+            error=ErrorEvent(code=error[0], message=error[1]),
+        )
         outcome, submitted, now = self._claim(keys=keys, args=args)
         submitted_at = float(submitted) if submitted else float(now)
         return FakeJob(job_id, entry_id, str(outcome), submitted_at, float(now), stream)

@@ -11,6 +11,7 @@ import pytest
 
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
+from worker.service.build import build_worker
 from worker.service.config import WorkerConfig
 from worker.service.metrics import WorkerMetrics
 from worker.service.worker import JobWorker
@@ -42,7 +43,7 @@ def running_worker(
 ) -> Iterator[JobWorker]:
     """A JobWorker serving on a thread; stopped (after its jobs end) and joined on exit."""
     settings = WorkerConfig(prefix=prefix, read_block_ms=200, **config)  # type: ignore[arg-type]
-    worker = JobWorker(engine, url, settings, metrics)
+    worker = build_worker(engine, url, settings, metrics)
     errors: list[BaseException] = []
 
     def serve() -> None:

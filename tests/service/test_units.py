@@ -95,6 +95,23 @@ def test_n_choices_end_once_after_the_last_choice() -> None:
     assert [c.finish_reason for c in done.choices] == ["length", "stop"]
 
 
+def test_a_deadline_ends_each_unfinished_choice_with_deadline() -> None:
+    job = make_job(n=2, interval=1)
+    job.on_output(out([5], "a", "length", 0, 1))
+    job.on_output(out([6], "b", None, 1, 1))
+    job.ending = "deadline"  # as the worker marks it, before the engine reports the abort
+    commands = job.on_output(out([], "", "abort", 1, 1))
+    (done,) = events_of(commands)
+    assert isinstance(done, DoneEvent) and done.choices is not None
+    assert done.finish_reason == "length"
+    assert [c.finish_reason for c in done.choices] == ["length", "deadline"]
+    (status,) = [
+        dict(zip(c.args[1::2], c.args[2::2], strict=True)) for c in commands if c.name == "HSET"
+    ]
+    assert status["state"] == "done" and status["finish_reason"] == "length"
+    assert job.outcome == "done" and job.finish_reason == "length"
+
+
 def test_a_result_skips_repeated_token_events() -> None:
     a = TokenEvent(index=0, text="Hel", token_ids=(1, 2))
     b = TokenEvent(index=2, text="lo", token_ids=(3,))

@@ -1,8 +1,10 @@
-"""Listens for cancel requests of running jobs and hands their ids to the model loop.
+"""Cancel requests of running jobs: heard on their stream, and remembered until their job shows.
 
 Every worker reads the whole cancels stream (no consumer group): a running job's cancel must
 reach the one worker that holds it, and only that worker knows it does. Starting from the
 stream's current end, a cancel written before this worker started cannot concern its jobs.
+A cancel can also arrive between intake's claim of a job and the model loop taking it over;
+``EarlyCancels`` keeps it, for a while, so that job ends as soon as the loop sees it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import structlog
 from producer.keys import Keys
 
 log = structlog.get_logger("paternoster.cancels")
+EARLY_CANCEL_TTL_S = 60.0  # how long a cancel for a job not (yet) seen here is remembered
 
 
 class CancelListener(threading.Thread):
@@ -64,3 +67,32 @@ class CancelListener(threading.Thread):
                     self._out.put(fields["id"])
             if reply:
                 self._wake.set()
+
+
+class EarlyCancels:
+    """Cancels of jobs the model loop does not run (yet): most belong to other workers, a few
+    to jobs intake has claimed and not handed over. Kept oldest first for ``ttl_s``."""
+
+    def __init__(self, ttl_s: float = EARLY_CANCEL_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._heard_at: dict[str, float] = {}  # job id -> when; insertion order is age order
+
+    def remember(self, job_id: str, now: float) -> None:
+        self._heard_at.pop(job_id, None)  # re-insert: the dict stays oldest-first
+        self._heard_at[job_id] = now
+
+    def pop(self, job_id: str) -> bool:
+        """Whether a cancel for ``job_id`` was heard (and is forgotten now)."""
+        return self._heard_at.pop(job_id, None) is not None
+
+    def expire(self, now: float) -> None:
+        """Forget the cancels older than ``ttl_s``. Every worker hears every cancel in the
+        cluster, so they go from the oldest end instead of a scan of all of them each step."""
+        while self._heard_at:
+            oldest = next(iter(self._heard_at))
+            if now - self._heard_at[oldest] <= self.ttl_s:
+                break
+            del self._heard_at[oldest]
+
+    def __len__(self) -> int:
+        return len(self._heard_at)

@@ -1,12 +1,18 @@
-"""The job service's settings: one frozen dataclass, validated once."""
+"""The job service's settings: one frozen dataclass, validated once, and the command-line flags
+that fill it (declared here, beside the fields, so each default exists once)."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
+from producer import envs as producer_envs
 from producer.keys import DEFAULT_PREFIX
+from worker import envs
 
 
 class InvalidWorkerConfig(ValueError):
@@ -76,3 +82,70 @@ class WorkerConfig:
         """Slots kept for the interactive band; never all of them."""
         wanted = max(1, capacity // 8) if self.urgent_reserve is None else self.urgent_reserve
         return min(wanted, capacity - 1)
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+        """The ``paternoster worker`` flags that fill this config, in a "job service" group
+        (returned, so the command adds its own flags beside them). Defaults are the fields'."""
+        g = parser.add_argument_group("job service")
+        g.add_argument("--name", default=None, help="consumer name (default: host-pid)")
+        g.add_argument(
+            "--prefix", default=None, help="key prefix (default: PATERNOSTER_PREFIX or paternoster)"
+        )
+        g.add_argument("--max-jobs", type=int, default=None, help="jobs held at once")
+        g.add_argument(
+            "--stream-interval",
+            type=int,
+            default=_default("stream_interval"),
+            help="tokens per token event (default %(default)s)",
+        )
+        g.add_argument("--result-ttl-s", type=int, default=_default("result_ttl_s"))
+        g.add_argument(
+            "--share-tenant-caches",
+            dest="isolate_tenant_caches",
+            action="store_false",
+            help="let tenants share cached prompt blocks (default: each tenant's are its own, so "
+            "no tenant can hit or time another's prompts)",
+        )
+        g.add_argument(
+            "--urgent-reserve",
+            type=int,
+            default=None,
+            help="job slots only interactive jobs may take (default: an eighth, at least 1)",
+        )
+        g.add_argument(
+            "--grace-s",
+            type=float,
+            default=_default("grace_s"),
+            help="on SIGTERM, seconds for running jobs to finish before the rest are handed back",
+        )
+        g.add_argument(
+            "--max-deliveries",
+            type=int,
+            default=_default("max_deliveries"),
+            help="starts of a job (its worker dying each time) before it goes to the dead letters",
+        )
+        return g
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> WorkerConfig:
+        """The config of parsed ``add_arguments`` flags; what no flag sets comes from the
+        environment (``--prefix``, chaos: ``producer/envs.py``, ``worker/envs.py``)."""
+        return cls(
+            name=args.name or default_worker_name(),
+            prefix=args.prefix or producer_envs.key_prefix(),
+            max_jobs=args.max_jobs,
+            stream_interval=args.stream_interval,
+            result_ttl_s=args.result_ttl_s,
+            isolate_tenant_caches=args.isolate_tenant_caches,
+            urgent_reserve=args.urgent_reserve,
+            max_deliveries=args.max_deliveries,
+            grace_s=args.grace_s,
+            chaos=envs.chaos(),
+        )
+
+
+def _default(name: str) -> Any:
+    """A ``WorkerConfig`` field's default: the flags say it once, through this."""
+    (f,) = [f for f in dataclasses.fields(WorkerConfig) if f.name == name]
+    return f.default

@@ -148,11 +148,11 @@ def timings_table(jobs: list[DemoJob]) -> str:
 
 def run_demo(engine: Any, redis_url: str, out: TextIO = sys.stdout) -> int:
     """Start a worker thread on ``engine``, run the demo jobs through Redis, print timings."""
+    from worker.service.build import build_worker
     from worker.service.config import WorkerConfig
-    from worker.service.worker import JobWorker
 
     prefix = f"paternoster-demo-{uuid.uuid4().hex[:8]}"
-    worker = JobWorker(engine, redis_url, WorkerConfig(prefix=prefix))
+    worker = build_worker(engine, redis_url, WorkerConfig(prefix=prefix))
     producer = Producer(redis_url, prefix=prefix)
     jobs = demo_jobs()
     display = Display(jobs, out)
@@ -189,7 +189,11 @@ def run_demo(engine: Any, redis_url: str, out: TextIO = sys.stdout) -> int:
         producer.close()
     if errors:
         raise errors[0]
-    elapsed = time.perf_counter() - start
+    return _report(jobs, time.perf_counter() - start, redis_url, out)
+
+
+def _report(jobs: list[DemoJob], elapsed: float, redis_url: str, out: TextIO) -> int:
+    """Each job's text, the timings table and the totals; 0 when every job ended ``done``."""
     out.write("\n")
     for job in jobs:
         out.write(f"--- {job.name} [{job.result.finish_reason or job.result.state.value}]\n")

@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from producer import status as st
 from producer.keys import Keys
 from producer.protocol import (
     CancelledEvent,
@@ -25,13 +26,23 @@ from producer.protocol import (
     Usage,
     event_fields,
 )
+from producer.status import FinishReason, JobState, StatusField
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampler import TokenLogprobs
 from worker.engine.sampling_params import SamplingParams
+from worker.engine.sequence import FinishReason as EngineReason
 from worker.service.publisher import Command, expire, hset, xack, xadd
 
-_DONE_REASONS = ("stop", "length", "stop_string")  # "deadline" is the worker's, not the engine's
-Status = dict[str, str | int | float]
+# The engine's reasons that end a choice normally, as the wire spells them: the one place the
+# engine's reason becomes the protocol's. Its others (abort, error) end a choice early, for a
+# cancel, a deadline (the worker's reason, not the engine's) or a failure.
+_NORMAL_ENDS: dict[str, FinishReason] = {
+    EngineReason.STOP: FinishReason.STOP,
+    EngineReason.LENGTH: FinishReason.LENGTH,
+    EngineReason.STOP_STRING: FinishReason.STOP_STRING,
+}
+# Progress goes to the status hash every this many tokens, not at every token event: it
+# halves the commands per token (2.8 -> ~1.8 on 16 jobs); the terminal write is exact.
 STATUS_EVERY_TOKENS = 16
 
 
@@ -64,7 +75,8 @@ class ChoiceStream:
 
     choice: int
     next_index: int = 0
-    finish_reason: str | None = None
+    ended: bool = False
+    finish_reason: FinishReason | None = None  # None once ended: the engine aborted it
     ids: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprobs] = field(default_factory=list)
@@ -74,7 +86,8 @@ class ChoiceStream:
         self.text.append(out.text_delta)
         self.logprobs.extend(out.logprobs)
         if out.finished:
-            self.finish_reason = str(out.finish_reason)
+            self.ended = True
+            self.finish_reason = _NORMAL_ENDS.get(out.finish_reason or "")
 
     def take_event(self) -> TokenEvent:
         logprobs = None
@@ -109,11 +122,11 @@ class ActiveJob:
     first_token_at: float | None = None
     num_cached_tokens: int = 0
     choices: list[ChoiceStream] = field(default_factory=list)
-    # Why the worker ended it early: "deadline" (the engine reports it as an abort).
+    # Why the worker ended it early: FinishReason.DEADLINE (the engine reports it as an abort).
     ending: str | None = None
-    outcome: str | None = None  # its final state once the terminal event is built
+    outcome: JobState | None = None  # its final state once the terminal event is built
     num_preemptions: int = 0  # times the engine freed its KV to make room (it resumes)
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
 
     def __post_init__(self) -> None:
         self.choices = [ChoiceStream(i) for i in range(self.job.params.n)]
@@ -127,7 +140,7 @@ class ActiveJob:
 
     @property
     def finished(self) -> bool:
-        return all(c.finish_reason is not None for c in self.choices)
+        return all(c.ended for c in self.choices)
 
     def now(self) -> float:
         """This host's clock mapped onto Redis', so every timing uses one clock."""
@@ -141,7 +154,7 @@ class ActiveJob:
         self.num_cached_tokens = max(self.num_cached_tokens, out.num_cached_tokens)
         commands: list[Command] = []
         # A cancel drops unpublished tokens; a deadline publishes what the job produced.
-        aborted = out.finished and out.finish_reason not in _DONE_REASONS and not self.ending
+        aborted = out.finished and choice.finish_reason is None and not self.ending
         if choice.ids and not aborted and (len(choice.ids) >= self.stream_interval or out.finished):
             commands += self._token_event(choice)
         if self.finished:
@@ -151,23 +164,19 @@ class ActiveJob:
     def on_preempted(self) -> list[Command]:
         """The engine freed this job's KV; it waits and later resumes where it stopped."""
         self.num_preemptions += 1
-        return [hset(self.keys.job(self.job.job_id), {"preemptions": self.num_preemptions})]
+        preempted: st.Status = {StatusField.PREEMPTIONS: self.num_preemptions}
+        return [hset(self.keys.job(self.job.job_id), preempted)]
 
     def _token_event(self, choice: ChoiceStream) -> list[Command]:
         before = self.num_published_tokens
         event = choice.take_event()
         commands = [xadd(self.keys.events(self.job.job_id), event_fields(event))]
-        status: Status = {}
-        if self.first_token_at is None:
+        first = self.first_token_at is None
+        if first:
             self.first_token_at = self.now()
-            status["first_token_at"] = f"{self.first_token_at:.6f}"
-        # Progress in the status hash every STATUS_EVERY_TOKENS tokens, not every event: it
-        # halves the commands per token (2.8 -> ~1.8 on 16 jobs); the terminal write is exact.
-        if (
-            status
-            or before // STATUS_EVERY_TOKENS != self.num_published_tokens // STATUS_EVERY_TOKENS
-        ):
-            status["completion_tokens"] = self.num_published_tokens
+        done = self.num_published_tokens
+        if first or before // STATUS_EVERY_TOKENS != done // STATUS_EVERY_TOKENS:
+            status = st.progress(done, self.first_token_at if first else None)
             commands.append(hset(self.keys.job(self.job.job_id), status))
         return commands
 
@@ -183,75 +192,54 @@ class ActiveJob:
     def _terminal(self, num_prompt_tokens: int) -> list[Command]:
         finished_at = self.now()
         usage = self.usage(num_prompt_tokens)
-        status: Status = {
-            "finished_at": f"{finished_at:.6f}",
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "cached_prompt_tokens": usage.cached_prompt_tokens,
-        }
+        counts = st.usage_fields(
+            usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens
+        )
         reasons = [c.finish_reason for c in self.choices]
-        if self.ending == "deadline":
-            if self.num_published_tokens == 0:
-                return self.expire("deadline passed before the job produced a token")
-            reasons = [r if r in _DONE_REASONS else "deadline" for r in reasons]
-        elif any(r not in _DONE_REASONS for r in reasons):  # aborted: a client cancelled it
-            status["state"] = "cancelled"
+        deadline = self.ending == FinishReason.DEADLINE
+        if deadline and self.num_published_tokens == 0:
+            return self.expire("deadline passed before the job produced a token")
+        if None in reasons and not deadline:  # aborted: a client cancelled it
+            status = st.ended(JobState.CANCELLED, finished_at, counts)
             return self.end_commands(event_fields(CancelledEvent(usage=usage)), status)
+        # A choice the deadline cut short ends "deadline"; the others keep their own reason.
+        ends = [r or FinishReason.DEADLINE for r in reasons]
         submitted = self.job.submitted_at
         ttft = None if self.first_token_at is None else self.first_token_at - submitted
         timings = Timings(
             queued_s=self.job.started_at - submitted, ttft_s=ttft, total_s=finished_at - submitted
         )
-        ends = None
+        choices = None
         if len(self.choices) > 1:
-            ends = tuple(
-                ChoiceEnd.model_validate(
-                    {
-                        "choice": c.choice,
-                        "finish_reason": c.finish_reason,
-                        "completion_tokens": c.next_index,
-                    }
-                )
-                for c in self.choices
+            choices = tuple(
+                ChoiceEnd(choice=c.choice, finish_reason=end, completion_tokens=c.next_index)
+                for c, end in zip(self.choices, ends, strict=True)
             )
-        done = DoneEvent(
-            finish_reason=reasons[0],  # type: ignore[arg-type]
-            usage=usage,
-            timings=timings,
-            choices=ends,
-        )
-        status.update(state="done", finish_reason=str(reasons[0]))
-        return self.end_commands(event_fields(done), status)
+        done = DoneEvent(finish_reason=ends[0], usage=usage, timings=timings, choices=choices)
+        return self.end_commands(event_fields(done), st.done(finished_at, ends[0], counts))
 
     def fail(self, code: str, message: str) -> list[Command]:
         event = ErrorEvent(code=code, message=message)
-        status: Status = {
-            "finished_at": f"{self.now():.6f}",
-            "state": "error",
-            "error_code": code,
-            "error_message": message,
-        }
-        return self.end_commands(event_fields(event), status)
+        return self.end_commands(event_fields(event), st.failed(self.now(), code, message))
 
     def expire(self, message: str) -> list[Command]:
-        status: Status = {"state": "expired", "finished_at": f"{self.now():.6f}"}
+        status = st.ended(JobState.EXPIRED, self.now())
         return self.end_commands(event_fields(ExpiredEvent(message=message)), status)
 
     def cancel(self) -> list[Command]:
         """End a job the engine never saw (cancelled between intake and the model loop)."""
         usage = self.usage(len(self.job.prompt_token_ids))
-        status: Status = {"state": "cancelled", "finished_at": f"{self.now():.6f}"}
+        status = st.ended(JobState.CANCELLED, self.now())
         return self.end_commands(event_fields(CancelledEvent(usage=usage)), status)
 
-    def end_commands(
-        self, fields: Mapping[str, str], status: Mapping[str, str | int | float]
-    ) -> list[Command]:
+    def end_commands(self, fields: Mapping[str, str], status: st.Status) -> list[Command]:
         """Terminal event, final status, TTLs, then XACK and XDEL: in this order, one connection."""
         job_id = self.job.job_id
         if self.num_preemptions:
-            status = {**status, "preemptions": self.num_preemptions}
-        self.outcome = str(status.get("state", ""))
-        self.finish_reason = str(status["finish_reason"]) if "finish_reason" in status else None
+            status = {**status, StatusField.PREEMPTIONS: self.num_preemptions}
+        self.outcome = st.state_of(status)
+        reason = status.get(StatusField.FINISH_REASON)
+        self.finish_reason = None if reason is None else FinishReason(str(reason))
         return [
             xadd(self.keys.events(job_id), fields),
             hset(self.keys.job(job_id), status),

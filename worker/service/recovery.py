@@ -3,14 +3,17 @@
 A job stays pending in the consumer group under the worker that took it until that worker acks
 it after the terminal event. When that worker's lease lapses (``lease.py``), any other worker's
 intake finds its pending entries (``XPENDING``), moves them to itself (``XCLAIM`` with a minimum
-idle time, so of two workers racing for one entry only the first gets it) and runs ``RECLAIM``,
-which either resumes the job, sends it to the dead-letter stream after too many deliveries, or
-says it had already ended. A resumed job's tokens come from its own result stream: the new
-worker continues from the next index, so a reader sees one contiguous stream.
+idle time, so of two workers racing for one entry only the first gets it) and runs ``RECLAIM``
+(``Reclaimer``), which either resumes the job, sends it to the dead-letter stream after too many
+deliveries, or says it had already ended. A resumed job (``Resumer``) takes its tokens from its
+own result stream: the new worker continues from the next index, so a reader sees one
+contiguous stream.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -22,6 +25,8 @@ import structlog
 from producer import scripts
 from producer.keys import Keys
 from producer.protocol import ErrorCode, ErrorEvent, TokenEvent, event_fields, parse_event
+from worker.service.handover import Handover
+from worker.service.job_parsing import PromptLimits, parse_job
 
 log = structlog.get_logger("paternoster.recovery")
 RECLAIM_EVERY_S = 2.0
@@ -37,15 +42,34 @@ DEFAULT_MAX_DELIVERIES = 3
 STRANDED_S = 30.0
 
 
+class ReclaimOutcome(enum.StrEnum):
+    """What ``RECLAIM`` did with a dead worker's entry, now this worker's: its answer
+    (``scripts.ReclaimAnswer``), or ``ENDED`` when it answered the job's terminal state."""
+
+    RESUMED = scripts.ReclaimAnswer.RESUMED  # it was running: continue it from its tokens
+    QUEUED = scripts.ReclaimAnswer.QUEUED  # its worker never started it: take it as new
+    DEAD_LETTER = scripts.ReclaimAnswer.DEAD_LETTER  # past max deliveries: in the dead letters
+    OWNED = scripts.ReclaimAnswer.OWNED  # another worker resumed it: the entry goes back there
+    ENDED = "ended"  # it had ended (its worker died after the terminal event, before the ack)
+
+    @classmethod
+    def of(cls, answer: str) -> ReclaimOutcome:
+        """RECLAIM's answer; a terminal state (``done``, ``error``, ...) is ``ENDED``."""
+        try:
+            return cls(answer)
+        except ValueError:
+            return cls.ENDED
+
+
 @dataclass(frozen=True)
 class Orphan:
-    """A pending entry this worker took over from ``owner``; ``outcome`` is RECLAIM's."""
+    """A pending entry this worker took over from ``owner``."""
 
     stream: str
     entry_id: str
     fields: Mapping[str, str]
     owner: str
-    outcome: str
+    outcome: ReclaimOutcome
     deliveries: int
 
 
@@ -141,10 +165,11 @@ class Reclaimer:
                 outcome=outcome,
                 deliveries=deliveries,
             )
-            if outcome == "owned":  # someone resumed it already: the entry is theirs
+            typed = ReclaimOutcome.of(outcome)
+            if typed is ReclaimOutcome.OWNED:  # someone resumed it already: the entry is theirs
                 self._give_back(stream, entry_id, fields.get("id", ""))
                 continue
-            orphans.append(Orphan(stream, entry_id, fields, owner, outcome, deliveries))
+            orphans.append(Orphan(stream, entry_id, fields, owner, typed, deliveries))
         return orphans
 
     def _reclaim(
@@ -177,6 +202,65 @@ class Reclaimer:
         holder = self._redis.hget(self.keys.job(job_id), "worker")
         if holder:
             self._redis.xclaim(stream, self.keys.group, str(holder), 0, [entry_id])
+
+
+class Resumer:
+    """The takeover path, on the intake thread: of the dead workers' jobs the ``Reclaimer``
+    took, those that were running continue here from the tokens they streamed; those never
+    started are intake's, to be taken as new entries."""
+
+    def __init__(
+        self, client: redis.Redis, reclaimer: Reclaimer, limits: PromptLimits, handover: Handover
+    ) -> None:
+        self._redis = client
+        self.reclaimer = reclaimer
+        self.keys = reclaimer.keys
+        self._limits = limits
+        self._handover = handover
+        self._log = structlog.get_logger("paternoster.recovery", worker=reclaimer.name)
+
+    def due(self) -> bool:
+        return self.reclaimer.due()
+
+    def recover(self, limit: int) -> tuple[int, list[Orphan]]:
+        """Take over up to ``limit`` jobs of dead workers: how many resumed here (each now in
+        the model loop), and the ones never started, for intake."""
+        try:
+            orphans = self.reclaimer.take(limit)
+        except redis.RedisError as exc:
+            self._log.warning("reclaim_failed", error=str(exc))
+            return 0, []
+        resumed = [o for o in orphans if o.outcome is ReclaimOutcome.RESUMED]
+        queued = [o for o in orphans if o.outcome is ReclaimOutcome.QUEUED]
+        return sum(self._resume(o) for o in resumed), queued
+
+    def _resume(self, orphan: Orphan) -> bool:
+        job_id = orphan.fields.get("id", "")
+        try:
+            spec, ids, params = parse_job(job_id, orphan.fields.get("payload"), self._limits)
+            times: Any = self._redis.hmget(
+                self.keys.job(job_id), "submitted_at", "started_at", "first_token_at"
+            )
+            resume = self.published(job_id, params.n)
+            seconds, micros = self._redis.time()
+        except Exception as exc:  # it passed intake once: only a worker of another version
+            self._log.exception("job_resume_failed", job_id=job_id, error=repr(exc))
+            return False
+        self._handover.observe_clock(seconds + micros / 1e6)
+        submitted, started, first_token = (float(t) if t else None for t in times)
+        where = (orphan.stream, orphan.entry_id)
+        job = self._handover.job(where, spec, ids, params, submitted or 0.0, started or 0.0)
+        job = dataclasses.replace(job, resume=resume, first_token_at=first_token)
+        self._log.info(
+            "job_resumed",
+            job_id=job_id,
+            tenant=spec.tenant,
+            owner=orphan.owner,
+            deliveries=orphan.deliveries,
+            resumed_tokens=sum(len(t) for t in resume),
+        )
+        self._handover.hand_over(job, spec)
+        return True
 
     def published(self, job_id: str, num_choices: int) -> tuple[tuple[int, ...], ...]:
         """The tokens each choice already streamed, from the job's result stream; a repeated

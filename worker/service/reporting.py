@@ -88,6 +88,24 @@ class Reporter:
 
     # -- metrics -----------------------------------------------------------------------------
 
+    def job_ended(self, job: ActiveJob) -> None:
+        """A job's end in the metrics: its outcome, end-to-end time, time per output token."""
+        if self.metrics is None:
+            return
+        end = job.now()
+        tokens = job.num_published_tokens
+        tpot_s = None
+        if job.first_token_at is not None and tokens > 1:
+            tpot_s = (end - job.first_token_at) / (tokens - 1)
+        self.metrics.job_finished(
+            band=job.job.band,
+            outcome=job.outcome or "",
+            finish_reason=job.finish_reason,
+            e2e_s=end - job.job.submitted_at,
+            tpot_s=tpot_s,
+            completion_tokens=tokens,
+        )
+
     def step(
         self,
         active: Mapping[str, ActiveJob],

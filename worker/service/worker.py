@@ -3,14 +3,14 @@
 Three helper threads do the I/O (intake, cancels, publisher); the model loop on the calling
 thread only moves Python objects between queues and the engine, so a Redis round trip never
 stalls a step. The engine knows nothing of Redis; this class is the only place the two meet.
+``build.py``'s ``build_worker`` makes the parts (connections, threads, the queues between them)
+and hands them in.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from typing import Any
 
 import redis
 import structlog
@@ -19,79 +19,46 @@ from producer.keys import Keys
 from producer.protocol import ErrorCode
 from worker.engine.llm_engine import InvalidRequestError, LLMEngine
 from worker.engine.outputs import RequestOutput
-from worker.service.cancels import CancelListener
+from worker.service.cancels import CancelListener, EarlyCancels
 from worker.service.config import WorkerConfig
+from worker.service.inbox import Inbox
 from worker.service.intake import Intake
-from worker.service.job_parsing import PromptLimits
 from worker.service.jobs import ActiveJob, AdmittedJob
 from worker.service.lease import Lease
 from worker.service.metrics import WorkerMetrics
 from worker.service.publisher import Command, Publisher, hset
-from worker.service.recovery import Reclaimer
 from worker.service.reporting import Reporter
 from worker.service.slots import Slots
-
-log = structlog.get_logger("paternoster.worker")
-EARLY_CANCEL_TTL_S = 60.0  # how long a cancel for a job not (yet) seen here is remembered
 
 
 class JobWorker:
     def __init__(
         self,
         engine: LLMEngine,
-        redis_url: str,
-        config: WorkerConfig | None = None,
+        config: WorkerConfig,
+        *,
+        inbox: Inbox,
+        slots: Slots,
+        intake: Intake,
+        cancels: CancelListener,
+        publisher: Publisher,
+        lease: Lease,
+        reporter: Reporter,
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self.engine = engine
-        self.metrics = metrics
-        self.config = config = config or WorkerConfig()
+        self.config = config
         self.keys = Keys(config.prefix)
-        # One connection per thread: a blocking read must not hold up the publisher. Blocking
-        # reads wait read_block_ms; a socket timeout 10 s past that means a half-open connection
-        # after a network fault raises instead of hanging. The writer's timeout bounds a hung
-        # write. (No TCP keepalive: the embedded Redis is a unix socket, which refuses it.)
-        readers: dict[str, Any] = {
-            "decode_responses": True,
-            # Entries come from any client: bytes that are not UTF-8 must not make a read raise
-            # (that ended the intake thread once). They decode to lone surrogates, which
-            # parse_job refuses as malformed_json, and encode back to the same bytes.
-            "encoding_errors": "surrogateescape",
-            "socket_timeout": config.read_block_ms / 1000 + 10,
-            "socket_connect_timeout": 10,
-        }
-        self._reader = redis.Redis.from_url(redis_url, **readers)
-        self._canceller = redis.Redis.from_url(redis_url, **readers)
-        self.lease = Lease(redis.Redis.from_url(redis_url, **readers), self.keys, config.name)
-        self._writer = redis.Redis.from_url(
-            redis_url, decode_responses=True, socket_timeout=30, socket_connect_timeout=10
-        )
-        capacity = config.job_capacity(engine.config.scheduler.max_num_seqs)
-        self.slots = Slots(capacity)
-        self._admitted: queue.Queue[AdmittedJob] = queue.Queue()
-        self._cancel_ids: queue.Queue[str] = queue.Queue()
-        self._wake = threading.Event()
-        limits = PromptLimits(
-            _own_tokenizer(engine), engine.max_model_len, engine.model_config.vocab_size
-        )
-        self.intake = Intake(self._reader, config, limits, self.slots, self._admitted, self._wake)
-        self.intake.metrics = metrics
-        self.intake.reclaimer = Reclaimer(
-            self._reader,
-            self.keys,
-            config.name,
-            config.max_deliveries,
-            config.result_ttl_s,
-            held=self._held_entries,
-        )
-        self.cancels = CancelListener(
-            self._canceller, self.keys, self._cancel_ids, self._wake, config.read_block_ms
-        )
-        marker = self.keys.published(config.name)
-        self.publisher = Publisher(self._writer, config.max_publish_backlog, marker)
-        self.reporter = Reporter(engine, self.keys, config.name, metrics)
-        self.active: dict[str, ActiveJob] = {}
-        self._early_cancels: dict[str, float] = {}
+        self.inbox = inbox
+        self.slots = slots
+        self.intake = intake
+        self.cancels = cancels
+        self.publisher = publisher
+        self.lease = lease
+        self.reporter = reporter
+        self.metrics = metrics
+        self.active = inbox.active  # the jobs in the engine, by id
+        self._early_cancels = EarlyCancels()
         self._aborts_pending = False  # the engine reports aborts at its next step: take one
         self.stop_event = threading.Event()
         self._stop_at = 0.0
@@ -115,7 +82,7 @@ class JobWorker:
             stream_interval=self.config.stream_interval,
         )
         try:
-            while not (self.stop_event.is_set() and not self.active and self._admitted.empty()):
+            while not (self.stop_event.is_set() and self.inbox.empty):
                 if self._grace_over():
                     self._hand_back()
                     break
@@ -158,7 +125,7 @@ class JobWorker:
         if not self.stop_event.is_set():
             self._stop_at = time.monotonic()
         self.stop_event.set()
-        self._wake.set()
+        self.inbox.wake.set()
 
     def step(self) -> None:
         """One loop iteration: admit, cancel, run one engine step, hand its events over."""
@@ -170,15 +137,28 @@ class JobWorker:
             self.publisher.publish(self.reporter.heartbeat(draining))
             if self.metrics is not None:
                 self.metrics.mark_alive()
-            self._wake.wait(self.config.idle_wait_s)
-            self._wake.clear()
+            self.inbox.wake.wait(self.config.idle_wait_s)
+            self.inbox.wake.clear()
             return
         self._aborts_pending = False
-        commands: list[Command] = []
-        generated = 0
         started = time.perf_counter()
-        for out in self._engine_step():
-            generated += len(out.new_token_ids)
+        outputs = self._engine_step()
+        commands = self._on_outputs(outputs)
+        for job_id in self.engine.last_preempted:
+            if (preempted := self.active.get(job_id)) is not None:
+                commands += preempted.on_preempted()
+        generated = sum(len(out.new_token_ids) for out in outputs)
+        step_s = time.perf_counter() - started
+        batched = self.engine.last_num_batched_tokens
+        self.reporter.step(self.active, step_s, batched, generated, self.publisher.stats)
+        commands += self.reporter.waits(self.active)
+        commands += self.reporter.heartbeat(draining)
+        self.publisher.publish(commands)
+
+    def _on_outputs(self, outputs: list[RequestOutput]) -> list[Command]:
+        """The commands of one step's outputs: token events, and the ends of finished jobs."""
+        commands: list[Command] = []
+        for out in outputs:
             job = self.active.get(out.request_id)
             if job is None:
                 continue
@@ -193,20 +173,7 @@ class JobWorker:
                 self.metrics.first_token(band=job.job.band, ttft_s=ttft_s)
             if job.finished:
                 self._end(job, str(out.finish_reason))
-        for job_id in self.engine.last_preempted:
-            if (preempted := self.active.get(job_id)) is not None:
-                commands += preempted.on_preempted()
-        step_s = time.perf_counter() - started
-        self.reporter.step(
-            self.active,
-            step_s,
-            self.engine.last_num_batched_tokens,
-            generated,
-            self.publisher.stats,
-        )
-        commands += self.reporter.waits(self.active)
-        commands += self.reporter.heartbeat(draining)
-        self.publisher.publish(commands)
+        return commands
 
     def _engine_step(self) -> list[RequestOutput]:
         """``engine.step()``; if it still raises (the engine contains what it can attribute to
@@ -224,11 +191,6 @@ class JobWorker:
                 self._end(job, "error")
             return []
 
-    def _held_entries(self) -> set[str]:
-        """Entry ids of the jobs this process holds (called from the intake thread)."""
-        jobs = list(self.active.values())
-        return {j.job.entry_id for j in jobs} | {j.entry_id for j in list(self._admitted.queue)}
-
     def _grace_over(self) -> bool:
         if not self.stop_event.is_set():
             return False
@@ -239,8 +201,8 @@ class JobWorker:
         status says so (a handoff is no failed delivery), and once the lease is dropped another
         worker resumes each from its last streamed token."""
         jobs = [j.job for j in self.active.values()]
-        while not self._admitted.empty():
-            jobs.append(self._admitted.get_nowait())
+        while (admitted := self.inbox.next_admitted()) is not None:
+            jobs.append(admitted)
         for job in jobs:
             self.engine.abort(job.job_id)
         self.publisher.publish([hset(self.keys.job(j.job_id), {"handoff": 1}) for j in jobs])
@@ -264,50 +226,44 @@ class JobWorker:
                 )
 
     def _admit(self) -> None:
-        while True:
-            try:
-                job = self._admitted.get_nowait()
-            except queue.Empty:
-                return
+        while (job := self.inbox.next_admitted()) is not None:
             active = ActiveJob(
                 job, self.keys, self.config.stream_interval, self.config.result_ttl_s
             )
-            if self._early_cancels.pop(job.job_id, None) is not None:
+            if self._early_cancels.pop(job.job_id):
                 self.publisher.publish(active.cancel())
                 self._end(active, "abort")
-                continue
-            try:
-                self.engine.add_request(
-                    job.job_id,
-                    params=job.params,
-                    prompt_token_ids=job.prompt_token_ids,
-                    cache_salt=job.cache_salt,
-                    priority=job.priority,
-                    tenant=job.tenant,
-                    resume=job.resume,
-                )
-            except InvalidRequestError as exc:  # intake checks the same: only a resume gets here
-                self.publisher.publish(active.fail(ErrorCode.INVALID_PROMPT.value, str(exc)))
-                self._end(active, "error")
-                continue
-            except Exception as exc:  # not this worker's process to end
-                self._log.exception("job_admit_failed", job_id=job.job_id, error=repr(exc))
-                message = f"could not start the job: {exc!r}"[:300]
-                self.publisher.publish(active.fail(ErrorCode.INTERNAL.value, message))
-                self._end(active, "error")
-                continue
-            self.active[job.job_id] = active
-            if self.metrics is not None:
-                queued_s = job.started_at - job.submitted_at
-                self.metrics.job_started(band=job.band, queued_s=queued_s)
+            elif self._start(job, active):
+                self.active[job.job_id] = active
+                if self.metrics is not None:
+                    queued_s = job.started_at - job.submitted_at
+                    self.metrics.job_started(band=job.band, queued_s=queued_s)
+
+    def _start(self, job: AdmittedJob, active: ActiveJob) -> bool:
+        """Add ``job`` to the engine; False when it could not start (it has ended, failed)."""
+        try:
+            self.engine.add_request(
+                job.job_id,
+                params=job.params,
+                prompt_token_ids=job.prompt_token_ids,
+                cache_salt=job.cache_salt,
+                priority=job.priority,
+                tenant=job.tenant,
+                resume=job.resume,
+            )
+            return True
+        except InvalidRequestError as exc:  # intake checks the same: only a resume gets here
+            self.publisher.publish(active.fail(ErrorCode.INVALID_PROMPT.value, str(exc)))
+        except Exception as exc:  # not this worker's process to end
+            self._log.exception("job_admit_failed", job_id=job.job_id, error=repr(exc))
+            message = f"could not start the job: {exc!r}"[:300]
+            self.publisher.publish(active.fail(ErrorCode.INTERNAL.value, message))
+        self._end(active, "error")
+        return False
 
     def _apply_cancels(self) -> None:
         now = time.monotonic()
-        while True:
-            try:
-                job_id = self._cancel_ids.get_nowait()
-            except queue.Empty:
-                break
+        while (job_id := self.inbox.next_cancel()) is not None:
             if job_id in self.active:
                 # The engine frees the blocks now and reports the abort in the next step.
                 self._aborts_pending |= self.engine.abort(job_id)
@@ -315,22 +271,14 @@ class JobWorker:
                     "job_cancel_requested", job_id=job_id, tenant=self.active[job_id].job.tenant
                 )
             else:  # not here, or intake has claimed it and not handed it over yet
-                self._early_cancels.pop(job_id, None)  # re-insert: the dict stays oldest-first
-                self._early_cancels[job_id] = now
-        # Every worker hears every cancel in the cluster; drop the expired ones from the oldest
-        # end instead of scanning them all each step.
-        while self._early_cancels:
-            oldest = next(iter(self._early_cancels))
-            if now - self._early_cancels[oldest] <= EARLY_CANCEL_TTL_S:
-                break
-            del self._early_cancels[oldest]
+                self._early_cancels.remember(job_id, now)
+        self._early_cancels.expire(now)
 
     def _end(self, job: ActiveJob, reason: str) -> None:
         self.active.pop(job.job.job_id, None)
         self.publisher.publish(self.reporter.forget(job.job.job_id))
         self.slots.give(1)
-        if self.metrics is not None:
-            self._observe_end(job)
+        self.reporter.job_ended(job)
         self._log.info(
             "job_finished",
             job_id=job.job.job_id,
@@ -339,27 +287,3 @@ class JobWorker:
             completion_tokens=job.num_published_tokens,
             total_s=round(job.now() - job.job.submitted_at, 6),
         )
-
-    def _observe_end(self, job: ActiveJob) -> None:
-        assert self.metrics is not None
-        end = job.now()
-        tokens = job.num_published_tokens
-        tpot_s = None
-        if job.first_token_at is not None and tokens > 1:
-            tpot_s = (end - job.first_token_at) / (tokens - 1)
-        self.metrics.job_finished(
-            band=job.job.band,
-            outcome=job.outcome or "",
-            finish_reason=job.finish_reason,
-            e2e_s=end - job.job.submitted_at,
-            tpot_s=tpot_s,
-            completion_tokens=tokens,
-        )
-
-
-def _own_tokenizer(engine: LLMEngine) -> object:
-    """A second tokenizer for the intake thread: HF fast tokenizers may fail with 'Already
-    borrowed' when one instance is used from two threads at once."""
-    from worker.models.loader import load_tokenizer
-
-    return load_tokenizer(engine.model_dir)

@@ -1,0 +1,41 @@
+"""Every environment variable the producer package reads, in one place, with its default.
+
+The producer imports neither the worker nor the gateway, so it cannot use their modules; they
+reach the variables they share with it (``REDIS_URL``, ``PATERNOSTER_PREFIX``) through this
+one. Nothing else in ``producer/`` touches ``os.environ``.
+
+- ``REDIS_URL``: where Redis is, for every client, the worker and the gateway (unset: an
+  embedded redis-server, ``connection.py``).
+- ``PATERNOSTER_PREFIX``: the key prefix, for the same (default ``paternoster``).
+- ``PATERNOSTER_CACHE_DIR``: where the embedded Redis keeps its data file (default
+  ``$XDG_CACHE_HOME/paternoster``, else ``~/.cache/paternoster``). The worker reads it too, with
+  the same meaning, in ``worker/envs.py``: its engine and model loader import nothing of this
+  package.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from producer.keys import DEFAULT_PREFIX
+
+
+def redis_url() -> str | None:
+    """``REDIS_URL``, e.g. ``redis://127.0.0.1:6379/0``; None when unset."""
+    return os.environ.get("REDIS_URL") or None
+
+
+def key_prefix() -> str:
+    """``PATERNOSTER_PREFIX``: the key prefix, so several job planes can share one Redis."""
+    return os.environ.get("PATERNOSTER_PREFIX") or DEFAULT_PREFIX
+
+
+def cache_dir() -> Path:
+    """``PATERNOSTER_CACHE_DIR``, else ``$XDG_CACHE_HOME/paternoster``, else
+    ``~/.cache/paternoster``: under it, the embedded Redis's data."""
+    override = os.environ.get("PATERNOSTER_CACHE_DIR")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "paternoster"
