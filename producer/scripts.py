@@ -9,9 +9,9 @@ language loads the very text the Python side runs. Each file opens with lines ge
 the Python declarations it uses (states, field names, key names, limits: ``declarations``,
 written out by ``producer.lua_prelude``), and the Python side regenerates them as it loads a
 file (about 3 ms for the four, at import), so what Redis runs always carries the enums' values;
-``write_files()`` rewrites the files after a declaration changes (a test fails until it has). The text is passed to redis-py's
-``register_script``, whose calls run ``EVALSHA`` and, on ``NOSCRIPT`` (a restarted or flushed
-Redis forgot it), load the script again and retry.
+``write_files()`` rewrites the files after a declaration changes (a test fails until it has).
+The text is passed to redis-py's ``register_script``, whose calls run ``EVALSHA`` and, on
+``NOSCRIPT`` (a restarted or flushed Redis forgot it), load the script again and retry.
 """
 
 from __future__ import annotations
