@@ -11,6 +11,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from gateway.errors import UNAVAILABLE_CODE
 from producer import AsyncProducer, JobNotFound, RedisUnavailable
@@ -26,25 +27,24 @@ async def follow(
     producer: AsyncProducer, job_id: str, from_event: str = "0", idle_s: float = 15.0
 ) -> AsyncIterator[Event | None]:
     """The job's events after ``from_event`` until the terminal one; ``None`` after each
-    ``idle_s`` without an event (the caller writes a keep-alive). The producer rides out a
-    Redis outage (``producer.reconnect``); one past its bound, or a job gone when Redis came
-    back, ends the stream with ``stream_lost``'s event instead of cutting the connection."""
-    cursor = producer.cursor(job_id, from_event)
+    ``idle_s`` without an event (the caller writes a keep-alive); it steps with
+    ``AsyncProducer.batches``, which rides out a Redis outage (``producer.reconnect``); one
+    past its bound, or a job gone when Redis came back, ends the stream with ``stream_lost``'s
+    event instead of cutting the connection."""
     last_sent = time.monotonic()
-    while not cursor.finished:
-        try:
-            batch = await producer.next_events(cursor)
-        except (RedisUnavailable, JobNotFound) as exc:
-            yield stream_lost(exc)
-            return
-        for event in batch:
-            yield event
-        now = time.monotonic()
-        if batch:
-            last_sent = now
-        elif now - last_sent >= idle_s:  # pings go on through an outage: the client stays
-            last_sent = now
-            yield None
+    try:
+        async with aclosing(producer.batches(job_id, from_event)) as batches:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+                now = time.monotonic()
+                if batch:
+                    last_sent = now
+                elif now - last_sent >= idle_s:  # pings go on through an outage: clients stay
+                    last_sent = now
+                    yield None
+    except (RedisUnavailable, JobNotFound) as exc:
+        yield stream_lost(exc)
 
 
 def stream_lost(exc: RedisUnavailable | JobNotFound) -> ErrorEvent:

@@ -2,8 +2,8 @@
 
 ``/v1/status`` reads what the workers and ``SUBMIT`` already write: each band's queue depth, the
 live workers' heartbeats and the most recent job ids with their status hashes. It reads the same
-keys as ``producer.fleet``, whose readers take a sync client; the gateway's client is asyncio, so
-``live_workers`` and ``queue_depths`` here are their async twins (a test checks they agree).
+keys as ``producer.fleet``, whose readers are flows (``producer.calls``): the gateway runs the same
+ones on its asyncio client (a test checks they agree with the sync ones).
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-import redis
 import redis.asyncio as aredis
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
@@ -21,9 +20,10 @@ from pydantic import BaseModel, Field
 
 from gateway.jobs import CallerDep, jobs_of
 from gateway.tenancy import TenantJobs
-from producer import AsyncProducer, JobNotFound, JobState
-from producer.fleet import HEARTBEAT_TTL_S, WorkerInfo
-from producer.keys import BANDS, RECENT_KEPT, Keys
+from producer import AsyncProducer, JobNotFound, JobState, fleet
+from producer.calls import adrive, async_io
+from producer.fleet import WorkerInfo
+from producer.keys import RECENT_KEPT, Keys
 from producer.results import JobStatus
 
 PAGE = Path(__file__).parent / "static" / "status.html"
@@ -67,42 +67,21 @@ class StatusBody(BaseModel):
 
 
 async def live_workers(client: aredis.Redis, keys: Keys, now_s: float) -> list[WorkerRow]:
-    """``producer.fleet.live_workers`` on an asyncio client, with the page's computed fields."""
-    since = now_s - HEARTBEAT_TTL_S
-    names: list[str] = await client.zrangebyscore(keys.workers, since, "+inf")  # type: ignore[assignment]
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hgetall(keys.worker(name))
-    rows = []
-    for fields in await pipe.execute():
-        if not fields:  # its hash expired between the two reads
-            continue
-        info = WorkerInfo.from_hash(fields)
-        rows.append(
-            WorkerRow(
-                **info.model_dump(),
-                kv_usage_pct=round(100 * info.kv_usage, 1),
-                heartbeat_age_s=round(max(0.0, now_s - info.heartbeat_at), 1),
-            )
+    """``producer.fleet``'s live workers, read on the asyncio client, with the page's fields."""
+    infos = await adrive(fleet.live_workers_flow(keys, now_s), async_io(client))
+    return [
+        WorkerRow(
+            **info.model_dump(),
+            kv_usage_pct=round(100 * info.kv_usage, 1),
+            heartbeat_age_s=round(max(0.0, now_s - info.heartbeat_at), 1),
         )
-    return sorted(rows, key=lambda w: w.name)
+        for info in infos
+    ]
 
 
 async def queue_depths(client: aredis.Redis, keys: Keys) -> dict[str, int]:
-    """``producer.fleet.queue_depths`` on an asyncio client: the group's lag, else XLEN."""
-    depths: dict[str, int] = {}
-    for band in BANDS:
-        stream = keys.band(band)
-        lag: int | None = None
-        try:
-            groups: list[dict[str, Any]] = await client.xinfo_groups(stream)
-        except redis.ResponseError:  # no such stream yet
-            groups = []
-        for group in groups:
-            if group.get("name") == keys.group and group.get("lag") is not None:
-                lag = int(group["lag"])
-        depths[band] = lag if lag is not None else int(await client.xlen(stream))
-    return depths
+    """``producer.fleet``'s queue depths (the group's lag, else XLEN), on the asyncio client."""
+    return await adrive(fleet.queue_depths_flow(keys), async_io(client))
 
 
 async def recent_jobs(jobs: TenantJobs, limit: int) -> list[RecentJob]:

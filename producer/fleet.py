@@ -4,16 +4,22 @@ Each worker refreshes a hash ``Keys.worker(name)`` about once a second (``HEARTB
 TTL of ``HEARTBEAT_TTL_S``, and its name's score in the ``Keys.workers`` sorted set. A worker
 that stops (crash, kill -9, lost network) disappears when its TTL runs out, so a reader never
 needs to trust a worker to say goodbye.
+
+Each reader is a flow (``producer.calls``): the functions here run it on a redis-py client, the
+gateway runs the same on its asyncio one.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from pydantic import BaseModel, ConfigDict
 
+from producer.calls import IO, Command, Flow, Pipeline, drive
 from producer.keys import BANDS, Keys
 
 HEARTBEAT_S = 1.0
@@ -58,34 +64,64 @@ class WorkerInfo(BaseModel):
         return cls.model_validate(data)
 
 
-def live_workers(client: redis.Redis, keys: Keys, now_s: float | None = None) -> list[WorkerInfo]:
-    """Workers whose heartbeat is younger than ``HEARTBEAT_TTL_S``, by name."""
+@dataclass(frozen=True)
+class BandQueue:
+    """One band's jobs stream as the workers' group sees it."""
+
+    depth: int  # entries not yet delivered (the group's lag; the stream's length when unknown)
+    last_delivered: str | None  # the group's last-delivered id; None: no group yet
+
+
+def ask_queues(pipe: Any, keys: Keys) -> None:
+    """Every band's group info and length, most urgent first (run the pipeline with
+    ``raise_on_error=False``: a band without a stream answers XINFO GROUPS with an error)."""
+    for stream in keys.job_streams:
+        pipe.xinfo_groups(stream)
+        pipe.xlen(stream)
+
+
+def read_queues(replies: Sequence[Any], keys: Keys) -> dict[str, BandQueue]:
+    """``ask_queues``' replies: each band's entries not yet delivered to any worker.
+
+    The consumer group's ``lag`` (Redis 7); where it is unknown (no group yet, or Redis 6), the
+    stream's length, which also counts delivered, unfinished jobs.
+    """
+    return {
+        band: _band_queue(replies[2 * i], replies[2 * i + 1], keys.group)
+        for i, band in enumerate(BANDS)
+    }
+
+
+def _band_queue(groups: Any, length: Any, group: str) -> BandQueue:
+    mine = [] if isinstance(groups, Exception) else [g for g in groups if g.get("name") == group]
+    lag = mine[0].get("lag") if mine else None
+    last = str(mine[0]["last-delivered-id"]) if mine else None
+    if lag is not None:
+        return BandQueue(int(lag), last)
+    return BandQueue(0 if isinstance(length, Exception) else int(length), last)
+
+
+def live_workers_flow(keys: Keys, now_s: float | None = None) -> Flow[list[WorkerInfo]]:
+    """Workers whose heartbeat is younger than ``HEARTBEAT_TTL_S``, by name: two round trips."""
     now_s = time.time() if now_s is None else now_s
-    found_names: Any = client.zrangebyscore(keys.workers, now_s - HEARTBEAT_TTL_S, "+inf")
-    names: list[str] = list(found_names)
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hgetall(keys.worker(name))
-    found = [WorkerInfo.from_hash(h) for h in pipe.execute() if h]
+    names: Any = yield Command("zrangebyscore", (keys.workers, now_s - HEARTBEAT_TTL_S, "+inf"))
+    hashes = yield Pipeline(lambda pipe: [pipe.hgetall(keys.worker(n)) for n in names])
+    found = [WorkerInfo.from_hash(h) for h in hashes if h]  # {}: its hash expired meanwhile
     return sorted(found, key=lambda w: w.name)
 
 
-def queue_depths(client: redis.Redis, keys: Keys) -> dict[str, int]:
-    """Entries in each band's jobs stream not yet delivered to any worker, most urgent first.
+def queue_depths_flow(keys: Keys) -> Flow[dict[str, int]]:
+    """Entries in each band's jobs stream not yet delivered to any worker, most urgent first
+    (``read_queues``): one round trip."""
+    replies = yield Pipeline(lambda pipe: ask_queues(pipe, keys), raise_on_error=False)
+    return {band: queue.depth for band, queue in read_queues(replies, keys).items()}
 
-    Uses the consumer group's ``lag`` (Redis 7); where it is unknown (no group yet, or Redis 6),
-    falls back to the stream's length, which also counts delivered, unfinished jobs.
-    """
-    depths: dict[str, int] = {}
-    for band in BANDS:
-        stream = keys.band(band)
-        lag: int | None = None
-        try:
-            groups: list[dict[str, Any]] = client.xinfo_groups(stream)
-        except redis.ResponseError:  # no such stream yet
-            groups = []
-        for group in groups:
-            if group.get("name") == keys.group and group.get("lag") is not None:
-                lag = int(group["lag"])
-        depths[band] = lag if lag is not None else int(client.xlen(stream))
-    return depths
+
+def live_workers(client: redis.Redis, keys: Keys, now_s: float | None = None) -> list[WorkerInfo]:
+    """``live_workers_flow`` on a redis-py client."""
+    return drive(live_workers_flow(keys, now_s), IO(client))
+
+
+def queue_depths(client: redis.Redis, keys: Keys) -> dict[str, int]:
+    """``queue_depths_flow`` on a redis-py client."""
+    return drive(queue_depths_flow(keys), IO(client))

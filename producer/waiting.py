@@ -3,7 +3,7 @@ still in Redis (state ``queued``).
 
 - ``no_worker``: no live worker (``fleet.live_workers`` is empty);
 - ``behind_higher_priority``: a more urgent band has entries no worker has read yet
-  (``fleet.queue_depths``), and workers read those first;
+  (``fleet.read_queues``), and workers read those first;
 - ``workers_busy``: otherwise; the workers have no room for it yet.
 
 ``position`` counts the jobs ahead: every undelivered entry of the more urgent bands, plus the
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from producer.fleet import HEARTBEAT_TTL_S
+from producer.fleet import HEARTBEAT_TTL_S, BandQueue, ask_queues, read_queues
 from producer.keys import BANDS, Keys
 
 NO_WORKER, BEHIND_HIGHER_PRIORITY, WORKERS_BUSY = (
@@ -29,14 +29,6 @@ NO_WORKER, BEHIND_HIGHER_PRIORITY, WORKERS_BUSY = (
 # XRANGE reads at most this many entries to count a job's position: one round trip of a few
 # hundred KB at worst; a job that far back shows position 10000 (meaning "at least").
 POSITION_SCAN_CAP = 10_000
-
-
-@dataclass(frozen=True)
-class BandQueue:
-    """One band's jobs stream as the workers' group sees it."""
-
-    depth: int  # entries not yet delivered (the group's lag; the stream's length when unknown)
-    last_delivered: str | None  # the group's last-delivered id; None: no group yet
 
 
 @dataclass(frozen=True)
@@ -49,30 +41,13 @@ def ask_fleet(pipe: Any, keys: Keys, now_s: float | None = None) -> None:
     """First round trip: the live workers' names and every band's group info and length."""
     now_s = time.time() if now_s is None else now_s
     pipe.zrangebyscore(keys.workers, now_s - HEARTBEAT_TTL_S, "+inf")
-    for stream in keys.job_streams:
-        pipe.xinfo_groups(stream)
-        pipe.xlen(stream)
+    ask_queues(pipe, keys)
 
 
 def read_fleet(replies: Sequence[Any], keys: Keys) -> tuple[list[str], dict[str, BandQueue]]:
     """The first round trip's replies (run with ``raise_on_error=False``: a band without a
     stream answers XINFO GROUPS with an error)."""
-    names = [str(n) for n in replies[0]]
-    queues = {
-        band: _band_queue(replies[1 + 2 * i], replies[2 + 2 * i], keys.group)
-        for i, band in enumerate(BANDS)
-    }
-    return names, queues
-
-
-def _band_queue(groups: Any, length: Any, group: str) -> BandQueue:
-    """``fleet.queue_depths``' rule: the group's lag, else the stream's length."""
-    mine = [] if isinstance(groups, Exception) else [g for g in groups if g.get("name") == group]
-    lag = mine[0].get("lag") if mine else None
-    last = str(mine[0]["last-delivered-id"]) if mine else None
-    if lag is not None:
-        return BandQueue(int(lag), last)
-    return BandQueue(0 if isinstance(length, Exception) else int(length), last)
+    return [str(n) for n in replies[0]], read_queues(replies[1:], keys)
 
 
 def ask_position(
