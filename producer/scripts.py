@@ -150,7 +150,7 @@ def definitions() -> dict[str, str]:
         "tenant_scope": lp.concat_function("tenant_scope", ["tenant"], tenant_scope),
         "limit_field": lp.concat_function("limit_field", ["scope", "kind"], limit_field),
     }
-    for piece in ("now", "unload"):
+    for piece in ("now", "unload", "end_job", "drop_entry"):
         code[piece] = shipped(f"shared/{piece}.lua").strip()
     return code
 

@@ -41,16 +41,21 @@ local function unload(prefix)
     redis.call('HINCRBY', key, Kind.TOKENS, -cost)
   end
 end
+-- A job ends: its state and end time in the status hash (KEYS[1]), its terminal event on its
+-- events stream (KEYS[2]), and both expire ttl_s after the end.
+local function end_job(final, event_type, data, ttl_s)
+  redis.call('HSET', KEYS[1], Field.STATE, final, Field.FINISHED_AT, now)
+  redis.call('XADD', KEYS[2], '*', Entry.TYPE, event_type, Entry.DATA, data)
+  redis.call('EXPIRE', KEYS[1], ttl_s)
+  redis.call('EXPIRE', KEYS[2], ttl_s)
+end
 -- End of the generated lines.
 
 local state = redis.call('HGET', KEYS[1], Field.STATE)
 if not state then return Answer.MISSING end
 if state == State.QUEUED then
   unload(ARGV[4])
-  redis.call('HSET', KEYS[1], Field.STATE, State.CANCELLED, Field.FINISHED_AT, now)
-  redis.call('XADD', KEYS[2], '*', Entry.TYPE, Event.CANCELLED, Entry.DATA, ARGV[3])
-  redis.call('EXPIRE', KEYS[1], ARGV[2])
-  redis.call('EXPIRE', KEYS[2], ARGV[2])
+  end_job(State.CANCELLED, Event.CANCELLED, ARGV[3], ARGV[2])
   return Answer.CANCELLED
 end
 if state == State.RUNNING then

@@ -56,6 +56,21 @@ local function unload(prefix)
     redis.call('HINCRBY', key, Kind.TOKENS, -cost)
   end
 end
+-- A job ends: its state and end time in the status hash (KEYS[1]), its terminal event on its
+-- events stream (KEYS[2]), and both expire ttl_s after the end.
+local function end_job(final, event_type, data, ttl_s)
+  redis.call('HSET', KEYS[1], Field.STATE, final, Field.FINISHED_AT, now)
+  redis.call('XADD', KEYS[2], '*', Entry.TYPE, event_type, Entry.DATA, data)
+  redis.call('EXPIRE', KEYS[1], ttl_s)
+  redis.call('EXPIRE', KEYS[2], ttl_s)
+end
+-- A job's delivery ends: its entry in the jobs stream it was read from (KEYS[3]) is
+-- acknowledged and deleted, so the stream holds only jobs not yet ended and needs no trimming
+-- that could drop a pending one.
+local function drop_entry(group, entry_id)
+  redis.call('XACK', KEYS[3], group, entry_id)
+  redis.call('XDEL', KEYS[3], entry_id)
+end
 -- End of the generated lines.
 
 if ARGV[1] ~= Action.REJECT and (ARGV[10] or '') == '' then
@@ -68,8 +83,7 @@ if state == State.RUNNING and mine[1] == ARGV[2] and mine[2] == ARGV[8] then
   return {Answer.STARTED, mine[3], mine[4]}  -- this worker's claim again, its first reply lost
 end
 if state and state ~= State.QUEUED then
-  redis.call('XACK', KEYS[3], ARGV[7], ARGV[8])
-  redis.call('XDEL', KEYS[3], ARGV[8])
+  drop_entry(ARGV[7], ARGV[8])
   return {state, '', now}
 end
 if state then unload(ARGV[9]) end
@@ -79,12 +93,9 @@ if not submitted then
   redis.call('HSET', KEYS[1], Field.SUBMITTED_AT, now)
 end
 local function finish(final, event_type, data)
-  redis.call('HSET', KEYS[1], Field.STATE, final, Field.FINISHED_AT, now, Field.WORKER, ARGV[2])
-  redis.call('XADD', KEYS[2], '*', Entry.TYPE, event_type, Entry.DATA, data)
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-  redis.call('EXPIRE', KEYS[2], ARGV[4])
-  redis.call('XACK', KEYS[3], ARGV[7], ARGV[8])
-  redis.call('XDEL', KEYS[3], ARGV[8])
+  redis.call('HSET', KEYS[1], Field.WORKER, ARGV[2])
+  end_job(final, event_type, data, ARGV[4])
+  drop_entry(ARGV[7], ARGV[8])
 end
 if ARGV[1] == Action.REJECT then
   local err = cjson.decode(ARGV[5])

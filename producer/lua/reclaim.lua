@@ -33,13 +33,27 @@ local Answer = {
 -- so every timing of a job, whoever measures it, shares one clock.
 local t = redis.call('TIME')
 local now = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+-- A job ends: its state and end time in the status hash (KEYS[1]), its terminal event on its
+-- events stream (KEYS[2]), and both expire ttl_s after the end.
+local function end_job(final, event_type, data, ttl_s)
+  redis.call('HSET', KEYS[1], Field.STATE, final, Field.FINISHED_AT, now)
+  redis.call('XADD', KEYS[2], '*', Entry.TYPE, event_type, Entry.DATA, data)
+  redis.call('EXPIRE', KEYS[1], ttl_s)
+  redis.call('EXPIRE', KEYS[2], ttl_s)
+end
+-- A job's delivery ends: its entry in the jobs stream it was read from (KEYS[3]) is
+-- acknowledged and deleted, so the stream holds only jobs not yet ended and needs no trimming
+-- that could drop a pending one.
+local function drop_entry(group, entry_id)
+  redis.call('XACK', KEYS[3], group, entry_id)
+  redis.call('XDEL', KEYS[3], entry_id)
+end
 -- End of the generated lines.
 
 local state = redis.call('HGET', KEYS[1], Field.STATE)
 if not state or state == State.QUEUED then return {Answer.QUEUED, 0} end
 if state ~= State.RUNNING then
-  redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
-  redis.call('XDEL', KEYS[3], ARGV[7])
+  drop_entry(ARGV[6], ARGV[7])
   return {state, 0}
 end
 if redis.call('HGET', KEYS[1], Field.WORKER) ~= ARGV[2] then return {Answer.OWNED, 0} end
@@ -54,17 +68,13 @@ if n > tonumber(ARGV[3]) then
   local err = cjson.decode(ARGV[5])
   local message = string.gsub(err[ErrorEvent.MESSAGE], DELIVERIES_MARK, tostring(n - 1))
   err[ErrorEvent.MESSAGE] = message
-  redis.call('HSET', KEYS[1], Field.STATE, State.ERROR, Field.FINISHED_AT, now,
-             Field.WORKER, ARGV[1], Field.ERROR_CODE, err[ErrorEvent.CODE],
+  redis.call('HSET', KEYS[1], Field.WORKER, ARGV[1], Field.ERROR_CODE, err[ErrorEvent.CODE],
              Field.ERROR_MESSAGE, message)
-  redis.call('XADD', KEYS[2], '*', Entry.TYPE, Event.ERROR, Entry.DATA, cjson.encode(err))
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-  redis.call('EXPIRE', KEYS[2], ARGV[4])
+  end_job(State.ERROR, Event.ERROR, cjson.encode(err), ARGV[4])
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', DEAD_LETTER_MAXLEN, '*', Entry.ID, ARGV[8],
              Entry.ENTRY_ID, ARGV[7], Entry.PAYLOAD, ARGV[9], Entry.DELIVERIES, n,
              Entry.WORKER, ARGV[2])
-  redis.call('XACK', KEYS[3], ARGV[6], ARGV[7])
-  redis.call('XDEL', KEYS[3], ARGV[7])
+  drop_entry(ARGV[6], ARGV[7])
   return {Answer.DEAD_LETTER, n}
 end
 redis.call('HSET', KEYS[1], Field.WORKER, ARGV[1], Field.RESUMED_AT, now)
