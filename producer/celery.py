@@ -187,17 +187,7 @@ def register(
     ``overload_countdown``, at most ``max_retries`` times, then the task fails with it.
     """
     producers = _ProducerPerProcess(producer_factory)
-    options: dict[str, Any] = {
-        "autoretry_for": retry_on,
-        "retry_backoff": True,
-        "retry_backoff_max": RETRY_BACKOFF_MAX_S,
-        "retry_jitter": True,
-        "max_retries": max_retries,
-        # Safe because resubmitting is idempotent (job id = task id): a Celery worker that dies
-        # mid-wait has its task redelivered, which follows the same job instead of losing it.
-        "acks_late": True,
-        **task_options,
-    }
+    options = _task_options(retry_on, max_retries, task_options)
 
     # shared=False: Celery's default adds every app.task to every app, so a second app in the
     # process (or a test's) would get this one's producer.
@@ -223,6 +213,32 @@ def register(
             raise self.retry(exc=exc, countdown=countdown) from exc
         return _wait(self, producer, job_id, timeout_s, retry_on)
 
+    task_revoked.connect(_canceller(app, name, producers, retry_on), weak=False)
+    return generate
+
+
+def _task_options(
+    retry_on: tuple[type[BaseException], ...], max_retries: int, overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The task's Celery options: retries with backoff on ``retry_on``, late acks."""
+    return {
+        "autoretry_for": retry_on,
+        "retry_backoff": True,
+        "retry_backoff_max": RETRY_BACKOFF_MAX_S,
+        "retry_jitter": True,
+        "max_retries": max_retries,
+        # Safe because resubmitting is idempotent (job id = task id): a Celery worker that dies
+        # mid-wait has its task redelivered, which follows the same job instead of losing it.
+        "acks_late": True,
+        **overrides,
+    }
+
+
+def _canceller(
+    app: Any, name: str, producers: _ProducerPerProcess, retry_on: tuple[type[BaseException], ...]
+) -> Callable[..., None]:
+    """The ``task_revoked`` receiver that cancels a revoked task's job."""
+
     def on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
         # The worker's main process hears every revoke. With prefork and terminate=True the task
         # is killed before it can cancel anything, so cancel from here; for a task not started
@@ -235,8 +251,7 @@ def register(
         with contextlib.suppress(JobNotFound, *retry_on):
             producers.get().cancel(job_id)
 
-    task_revoked.connect(on_revoked, weak=False)
-    return generate
+    return on_revoked
 
 
 def _wait(
