@@ -3,8 +3,8 @@
 A stream remembers the id of the last event it delivered; after a failed read it waits, then
 reads again from that id (``XREAD`` returns only entries after it), so a restart of Redis or a
 dropped connection delays events but never repeats or skips one. Redis with ``appendonly yes``
-keeps the events over a restart. The sync and asyncio clients share this, no I/O here: they
-differ only in how they read and sleep (``Producer.next_events``, ``AsyncProducer.next_events``).
+keeps the events over a restart. No I/O here: both clients step a stream with the one flow
+``flows.next_events``, which reads, and after a failure sleeps, as this cursor says.
 """
 
 from __future__ import annotations
