@@ -12,7 +12,15 @@ import json
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from producer.keys import JOB_ID_PATTERN
 
@@ -206,9 +214,19 @@ class TokenEvent(_Event):
     logprobs: tuple[TokenLogprob, ...] | None = None
 
 
+def _ends_done(reason: FinishReason) -> FinishReason:
+    if not reason.ends_done:
+        raise ValueError(f"a done event does not carry {reason.value!r}")
+    return reason
+
+
+# A ``done`` event's reason: the engine's abort and error end a job with another event.
+DoneReason = Annotated[FinishReason, AfterValidator(_ends_done)]
+
+
 class ChoiceEnd(_Frozen):
     choice: int
-    finish_reason: FinishReason
+    finish_reason: DoneReason
     completion_tokens: int
 
 
@@ -217,7 +235,7 @@ class DoneEvent(_Event):
     choice 0's and ``choices`` gives each choice's."""
 
     type: Literal["done"] = "done"
-    finish_reason: FinishReason
+    finish_reason: DoneReason
     usage: Usage
     timings: Timings
     choices: tuple[ChoiceEnd, ...] | None = None

@@ -30,12 +30,21 @@ class JobState(enum.StrEnum):
 
 
 class FinishReason(enum.StrEnum):
-    """Why a ``done`` job's choice stopped: ``done.finish_reason`` and the hash's field."""
+    """Why a choice stopped, one type from the engine to the stream: the engine's sequences,
+    its outputs, ``done.finish_reason`` and the hash's field. A ``done`` event carries only the
+    reasons that ``ends_done``; the engine's others end a job otherwise (cancelled, error)."""
 
     STOP = "stop"  # EOS or a stop token id
     LENGTH = "length"  # max_tokens, or the model's context
     STOP_STRING = "stop_string"  # one of the job's stop strings
     DEADLINE = "deadline"  # its deadline passed while it ran; it ended with what it had made
+    ABORT = "abort"  # the engine's: aborted (a cancel, a deadline, a worker handing jobs back)
+    ERROR = "error"  # the engine's: it failed inside a step; the job ends with an error event
+
+    @property
+    def ends_done(self) -> bool:
+        """Whether a ``done`` event may carry it (the wire's finish reasons)."""
+        return self not in (FinishReason.ABORT, FinishReason.ERROR)
 
 
 class StatusField(enum.StrEnum):

@@ -77,7 +77,7 @@ def _generate_record(prompt: str, c: Any, logprobs: int | None) -> dict[str, Any
 
 
 def _stream_one(engine: Any, prompt: Any, params: Any, start: float) -> int:
-    engine.add_request("cli-0", prompt, params)
+    engine.add_prompt("cli-0", prompt, params)
     num_tokens = 0
     reason = None
     while engine.has_unfinished():

@@ -268,7 +268,7 @@ def run_ours(
     def params(n: int) -> SamplingParams:
         return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
-    engine.add_request("warmup", params=params(WARMUP_OUTPUT), prompt_token_ids=warm)
+    engine.add_prompt("warmup", params=params(WARMUP_OUTPUT), prompt_token_ids=warm)
     while engine.has_unfinished():
         engine.step()
     preemptions_before = engine.scheduler.num_preemptions
@@ -286,7 +286,7 @@ def run_ours(
     outputs: dict[str, list[int]] = {r.request_id: [] for r in workload}
     start = time.perf_counter()
     for r in workload:
-        engine.add_request(r.request_id, params=params(r.output_len), prompt_token_ids=r.prompt_ids)
+        engine.add_prompt(r.request_id, params=params(r.output_len), prompt_token_ids=r.prompt_ids)
     while engine.has_unfinished():
         for out in engine.step():
             outputs[out.request_id].extend(out.new_token_ids)

@@ -84,7 +84,7 @@ class StepBench:
         ids = [f"b{batch}-{i}" for i in range(batch)]
         for rid in ids:
             prompt = rng.choices(self.token_ids, k=a.context)
-            self.engine.add_request(rid, params=params, prompt_token_ids=prompt)
+            self.engine.add_prompt(rid, params=params, prompt_token_ids=prompt)
             self.generated[rid] = 0
         return ids, prefill_bound
 

@@ -152,7 +152,7 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, 
     for i in range(batch):
         prompt = rng.choices(vocab, k=args.prompt_len)
         params = request_params(i, args, max_tokens)
-        engine.add_request(f"r{i}", params=params, prompt_token_ids=prompt)
+        engine.add_prompt(f"r{i}", params=params, prompt_token_ids=prompt)
     timer = StepTimer()
     steady = 0  # consecutive steps in which every request decodes
     with instrumented(engine, timer):

@@ -65,7 +65,7 @@ def make_engine(args: argparse.Namespace) -> LLMEngine:
         )
     )
     warm = engine_bench.warmup_prompt(args.token_ids)
-    engine.add_request("warmup", params=greedy(4), prompt_token_ids=warm)
+    engine.add_prompt("warmup", params=greedy(4), prompt_token_ids=warm)
     while engine.has_unfinished():
         engine.step()
     return engine
@@ -80,7 +80,7 @@ def run_engine(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
     outputs: dict[str, list[int]] = {r.request_id: [] for r in workload}
     start = time.perf_counter()
     for r in workload:
-        engine.add_request(r.request_id, params=greedy(r.output_len), prompt_token_ids=r.prompt_ids)
+        engine.add_prompt(r.request_id, params=greedy(r.output_len), prompt_token_ids=r.prompt_ids)
     steps = 0
     while engine.has_unfinished():
         steps += 1

@@ -116,7 +116,7 @@ def run_once(args: argparse.Namespace, caching: bool) -> dict[str, Any]:
     steps = 0
     start = time.perf_counter()
     for rid, ids in zip(tokens, prompts, strict=True):
-        engine.add_request(rid, params=params, prompt_token_ids=ids)
+        engine.add_prompt(rid, params=params, prompt_token_ids=ids)
     while engine.has_unfinished():
         outs = engine.step()
         now = time.perf_counter() - start

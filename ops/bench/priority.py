@@ -78,7 +78,7 @@ def prompts(args: argparse.Namespace, vocab: int) -> tuple[list[list[int]], list
 def run_config(args: argparse.Namespace, name: str) -> dict[str, Any]:
     engine = make_engine(args, preempt=name == "preempt")
     warm = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
-    engine.add_request("warm-up", params=warm, prompt_token_ids=[5, 6, 7, 8])
+    engine.add_prompt("warm-up", params=warm, prompt_token_ids=[5, 6, 7, 8])
     while engine.has_unfinished():
         engine.step()
     batch, chats = prompts(args, engine.model_config.vocab_size)
@@ -95,7 +95,7 @@ def run_config(args: argparse.Namespace, name: str) -> dict[str, Any]:
         for i, ids in enumerate(batch):
             rid = f"batch-{i}"
             batch_priority = 0 if name == "fifo" else BATCH
-            engine.add_request(
+            engine.add_prompt(
                 rid, params=batch_params, prompt_token_ids=ids, priority=batch_priority
             )
             arrived[rid], tokens[rid] = 0.0, []
@@ -106,7 +106,7 @@ def run_config(args: argparse.Namespace, name: str) -> dict[str, Any]:
         while due and (due[0][0] <= now or (name == "idle" and not engine.has_unfinished())):
             _, i = due.pop(0)
             rid = f"chat-{i}"
-            engine.add_request(
+            engine.add_prompt(
                 rid, params=chat_params, prompt_token_ids=chats[i], priority=chat_priority
             )
             arrived[rid], tokens[rid] = time.perf_counter() - start, []

@@ -116,14 +116,14 @@ def test_min_tokens_and_max_model_len(tiny_model_dir: Path) -> None:
     )[0]
     assert got.finish_reason == "length" and len(ids) + len(got.token_ids) == 20
     with pytest.raises(InvalidRequestError, match="max_model_len 20"):
-        small.add_request("long", prompt_token_ids=list(range(3, 23)))
+        small.add_prompt("long", prompt_token_ids=list(range(3, 23)))
 
 
 def test_abort_waiting_and_running_frees_blocks_and_reports_abort(tiny_model_dir: Path) -> None:
     eng = make_engine(tiny_model_dir, seqs=1)
     params = SamplingParams(temperature=0.0, max_tokens=50, ignore_eos=True)
-    eng.add_request("run", PROMPTS[1], params)
-    eng.add_request("wait", PROMPTS[2], params)
+    eng.add_prompt("run", PROMPTS[1], params)
+    eng.add_prompt("wait", PROMPTS[2], params)
     eng.step()
     eng.step()
     assert eng.block_manager.num_free_blocks < eng.block_manager.num_blocks
@@ -137,9 +137,9 @@ def test_abort_waiting_and_running_frees_blocks_and_reports_abort(tiny_model_dir
 
 def test_new_request_joins_the_running_batch_on_the_next_step(engine: LLMEngine) -> None:
     params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
-    engine.add_request("early", PROMPTS[0], params)
+    engine.add_prompt("early", PROMPTS[0], params)
     engine.step()
-    engine.add_request("late", PROMPTS[2], params)
+    engine.add_prompt("late", PROMPTS[2], params)
     ids = {o.request_id for o in engine.step()}
     assert ids == {"early", "late"}
     engine.abort("early")
@@ -172,13 +172,13 @@ def test_bad_requests_are_clear_errors(
     engine: LLMEngine, kwargs: dict[str, object], match: str
 ) -> None:
     with pytest.raises(InvalidRequestError, match=match):
-        engine.add_request("bad", **kwargs)  # type: ignore[arg-type]
+        engine.add_prompt("bad", **kwargs)  # type: ignore[arg-type]
     assert not engine.has_unfinished()
 
 
 def test_duplicate_request_id_is_refused(engine: LLMEngine) -> None:
-    engine.add_request("dup", "x", GREEDY)
+    engine.add_prompt("dup", "x", GREEDY)
     with pytest.raises(InvalidRequestError, match="already"):
-        engine.add_request("dup", "y", GREEDY)
+        engine.add_prompt("dup", "y", GREEDY)
     engine.abort("dup")
     engine.step()

@@ -47,7 +47,7 @@ def run(
 ) -> dict[str, list[int]]:
     """All prompts in one continuous batch; each request's tokens."""
     for rid, ids in prompts.items():
-        engine.add_request(rid, params=params, prompt_token_ids=ids)
+        engine.add_prompt(rid, params=params, prompt_token_ids=ids)
     tokens: dict[str, list[int]] = {rid: [] for rid in prompts}
     while engine.has_unfinished():
         for out in engine.step():
@@ -90,7 +90,7 @@ def test_greedy_outputs_are_the_same_with_and_without_the_cache(
 def test_request_outputs_report_cached_prompt_tokens(cached: LLMEngine) -> None:
     ids = cached.encode(PROMPT + " Not a nasty, dirty, wet hole.")
     run(cached, {"warm": ids})
-    cached.add_request("again", params=GREEDY, prompt_token_ids=[*ids, 42])
+    cached.add_prompt("again", params=GREEDY, prompt_token_ids=[*ids, 42])
     outs: list[RequestOutput] = []
     while cached.has_unfinished():
         outs += cached.step()
@@ -101,11 +101,11 @@ def test_salted_requests_do_not_share(cached: LLMEngine) -> None:
     ids = cached.encode("Salted prefix that is long enough to fill a few blocks")
     before = cached.cache_stats().num_hit_tokens
     for i, salt in enumerate(["tenant-a", "tenant-b", None]):
-        cached.add_request(f"salt-{i}", params=GREEDY, prompt_token_ids=ids, cache_salt=salt)
+        cached.add_prompt(f"salt-{i}", params=GREEDY, prompt_token_ids=ids, cache_salt=salt)
         while cached.has_unfinished():
             cached.step()
     assert cached.cache_stats().num_hit_tokens == before
-    cached.add_request("salt-again", params=GREEDY, prompt_token_ids=ids, cache_salt="tenant-b")
+    cached.add_prompt("salt-again", params=GREEDY, prompt_token_ids=ids, cache_salt="tenant-b")
     while cached.has_unfinished():
         cached.step()
     assert cached.cache_stats().num_hit_tokens > before
@@ -165,7 +165,7 @@ def test_unseeded_choices_differ(cached: LLMEngine) -> None:
 
 
 def test_abort_ends_every_choice(cached: LLMEngine) -> None:
-    cached.add_request("many", PROMPT, SamplingParams(n=3, max_tokens=50, ignore_eos=True))
+    cached.add_prompt("many", PROMPT, SamplingParams(n=3, max_tokens=50, ignore_eos=True))
     cached.step()  # the first choice runs; the other two wait for its prompt
     seen = {o.index for o in cached.step()}
     assert cached.abort("many")

@@ -16,12 +16,12 @@ def test_preempted_requests_finish_exactly_as_if_never_preempted(tiny_model_dir:
     engine = make_engine(tiny_model_dir, seqs=3)
     streams: dict[str, list[RequestOutput]] = {}
     for i, prompt in enumerate(PROMPTS[:3]):
-        engine.add_request(f"batch-{i}", prompt, GREEDY, priority=10)
+        engine.add_prompt(f"batch-{i}", prompt, GREEDY, priority=10)
     for _ in range(4):
         for out in engine.step():
             streams.setdefault(out.request_id, []).append(out)
     for i, prompt in enumerate(PROMPTS[3:], start=3):
-        engine.add_request(f"urgent-{i}", prompt, GREEDY, priority=-10)
+        engine.add_prompt(f"urgent-{i}", prompt, GREEDY, priority=-10)
     preempted: set[str] = set()
     first_urgent_token_step = None
     step = 0

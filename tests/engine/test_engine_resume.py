@@ -20,7 +20,7 @@ def engine(tiny_model_dir: Path) -> LLMEngine:
 def run(
     engine: LLMEngine, rid: str, prompt: str, params: SamplingParams, **kw: object
 ) -> list[RequestOutput]:
-    engine.add_request(rid, prompt, params, **kw)  # type: ignore[arg-type]
+    engine.add_prompt(rid, prompt, params, **kw)  # type: ignore[arg-type]
     outs: list[RequestOutput] = []
     while engine.has_unfinished():
         outs += [o for o in engine.step() if o.request_id == rid]

@@ -83,7 +83,7 @@ def run_engine(
     step = 0
     while len(tokens) < len(prompts) or engine.has_unfinished():
         for i in [i for i, at in arrival.items() if at == step]:
-            engine.add_request(f"p{i}", prompts[i], params)
+            engine.add_prompt(f"p{i}", prompts[i], params)
             tokens[f"p{i}"] = []
         for out in engine.step():
             tokens[out.request_id].extend(out.new_token_ids)

@@ -42,7 +42,7 @@ def test_greedy_parity_through_padded_static_decode_steps(hf_runs: list[HFRun]) 
     step = 0
     while len(tokens) < len(PROMPTS) or engine.has_unfinished():
         for i in [i for i, at in arrival.items() if at == step]:
-            engine.add_request(f"p{i}", PROMPTS[i], params)
+            engine.add_prompt(f"p{i}", PROMPTS[i], params)
             tokens[f"p{i}"] = []
         for out in engine.step():
             tokens[out.request_id].extend(out.new_token_ids)

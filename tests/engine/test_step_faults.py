@@ -47,7 +47,7 @@ def test_a_stop_token_outside_the_vocabulary_is_refused_at_admission(
 ) -> None:
     params = SamplingParams(stop_token_ids=tuple(bad))
     with pytest.raises(InvalidSamplingParams, match="stop_token_ids") as info:
-        engine.add_request("bad", "hi", params)
+        engine.add_prompt("bad", "hi", params)
     assert isinstance(info.value, InvalidRequestError)  # callers that catch one catch both
     assert not engine.has_unfinished()
 
@@ -69,8 +69,8 @@ def test_a_runner_failure_of_one_request_fails_only_that_request(
 
     monkeypatch.setattr(engine.runner, "run", poisoned)
     for i, prompt in enumerate(PROMPTS[:3]):
-        engine.add_request(f"ok-{i}", prompt, GREEDY)
-    engine.add_request("poison", PROMPTS[3], SamplingParams(n=2, max_tokens=6))
+        engine.add_prompt(f"ok-{i}", prompt, GREEDY)
+    engine.add_prompt("poison", PROMPTS[3], SamplingParams(n=2, max_tokens=6))
     outs = run_all(engine)
     assert [tokens(outs[f"ok-{i}"]) for i in range(3)] == expected  # unchanged by the fault
     poison = outs["poison"]
@@ -94,8 +94,8 @@ def test_a_sampling_failure_of_one_row_fails_only_its_request(
 
     monkeypatch.setattr(engine.sampler.__class__, "__call__", poisoned)
     for i, prompt in enumerate(PROMPTS[:3]):
-        engine.add_request(f"ok-{i}", prompt, GREEDY)
-    engine.add_request("poison", PROMPTS[4], marker)
+        engine.add_prompt(f"ok-{i}", prompt, GREEDY)
+    engine.add_prompt("poison", PROMPTS[4], marker)
     outs = run_all(engine)
     assert [tokens(outs[f"ok-{i}"]) for i in range(3)] == expected
     assert [o.finish_reason for o in outs["poison"]] == ["error"]
@@ -107,9 +107,9 @@ def test_a_detokenizer_failure_fails_only_its_request(
     engine: LLMEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     expected = expected_tokens(engine)
-    engine.add_request("poison", PROMPTS[4], GREEDY)
+    engine.add_prompt("poison", PROMPTS[4], GREEDY)
     for i, prompt in enumerate(PROMPTS[:3]):
-        engine.add_request(f"ok-{i}", prompt, GREEDY)
+        engine.add_prompt(f"ok-{i}", prompt, GREEDY)
     (state,) = engine._requests["poison"]
 
     def explode(token_ids: list[int]) -> str:
@@ -125,8 +125,8 @@ def test_a_detokenizer_failure_fails_only_its_request(
 def test_scheduler_update_works_from_the_output_it_is_given(engine: LLMEngine) -> None:
     """No hidden replay of the last plan: the output says what was computed; applying one twice
     is refused, and a sequence that ended in between is skipped."""
-    engine.add_request("a", PROMPTS[0], GREEDY)
-    engine.add_request("b", PROMPTS[2], GREEDY)
+    engine.add_prompt("a", PROMPTS[0], GREEDY)
+    engine.add_prompt("b", PROMPTS[2], GREEDY)
     scheduler = engine.scheduler
     out = scheduler.schedule()
     (seq_b,) = [s for s in scheduler.running if s.request_id == "b"]

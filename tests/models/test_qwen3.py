@@ -136,7 +136,7 @@ def test_greedy_tokens_equal_transformers_qwen3(qwen3_dir: Path, backend: str) -
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
     tokens: dict[str, list[int]] = {}
     for i, p in enumerate(prompts()):
-        engine.add_request(f"q{i}", params=params, prompt_token_ids=p)
+        engine.add_prompt(f"q{i}", params=params, prompt_token_ids=p)
         tokens[f"q{i}"] = []
     while engine.has_unfinished():
         for out in engine.step():

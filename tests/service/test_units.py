@@ -9,6 +9,7 @@ import pytest
 from producer.keys import Keys
 from producer.protocol import DoneEvent, TokenEvent, parse_event
 from producer.results import JobResult
+from worker.engine.engine_request import EngineRequest
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampling_params import SamplingParams
 from worker.service.jobs import ActiveJob, AdmittedJob
@@ -28,13 +29,9 @@ def test_slots_take_what_is_free_and_wait_for_a_give() -> None:
 
 def make_job(n: int = 1, interval: int = 2) -> ActiveJob:
     job = AdmittedJob(
-        job_id="j",
+        EngineRequest("j", (1, 2, 3), SamplingParams(n=n), tenant="t"),
         entry_id="1-0",
         stream="p:jobs",
-        prompt_token_ids=(1, 2, 3),
-        params=SamplingParams(n=n),
-        tenant="t",
-        cache_salt=None,
         submitted_at=100.0,
         started_at=100.5,
         clock_offset_s=0.0,

@@ -18,17 +18,13 @@ from worker.attention.cpu_backend import CpuAttentionBackend
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig
 from worker.engine.detokenizer import IncrementalDetokenizer
+from worker.engine.engine_request import EngineRequest, validate_request
 from worker.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from worker.engine.outputs import Completion, RequestOutput
 from worker.engine.prefix_cache import PrefixCacheStats
-from worker.engine.prompt import (
-    InvalidRequestError,
-    PromptTooLongError,
-    check_prompt,
-    encode_prompt,
-)
+from worker.engine.prompt import InvalidRequestError, PromptTooLongError, encode_prompt
 from worker.engine.request_state import RequestState
-from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs, choice_seed
+from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
@@ -93,69 +89,65 @@ class LLMEngine:
         """Token ids of a prompt; chat messages go through the model's chat template."""
         return encode_prompt(self.tokenizer, prompt, self.model_dir)
 
-    def add_request(
-        self,
-        request_id: str,
-        prompt: str | Messages | None = None,
-        params: SamplingParams | None = None,
-        prompt_token_ids: Seq[int] | None = None,
-        *,
-        cache_salt: str | None = None,
-        priority: int = 0,
-        tenant: str = "default",
-        resume: Seq[Seq[int]] = (),
-    ) -> None:
-        """Queue a request; it joins the running batch at the next `step`.
-
-        Lower ``priority`` is more urgent: it is admitted first and may preempt less urgent
-        running requests. Within a priority, ``tenant``s share the batch by fair share. Only
-        requests with the same ``cache_salt`` (e.g. a tenant id) share cached prefix blocks.
-
-        ``resume[i]``: output tokens choice ``i`` already produced in an earlier run (a worker
-        that died); it continues after them, its text and seeded sampling as if never stopped.
-        """
+    def add_request(self, request: EngineRequest) -> None:
+        """Queue a request (``EngineRequest`` says what each field means); it joins the running
+        batch at the next ``step``. ``InvalidRequestError`` unless it can run."""
+        request_id = request.request_id
         if request_id in self._requests:
             raise InvalidRequestError(f"request {request_id!r} is already in the engine")
-        params = params or SamplingParams()
-        if prompt_token_ids is None:
-            if prompt is None:
-                raise InvalidRequestError("give a prompt, chat messages or prompt_token_ids")
-            prompt_token_ids = self.encode(prompt)
-        ids = [int(t) for t in prompt_token_ids]
-        self._check_prompt(ids)
-        params.check_vocab(self.model_config.vocab_size)
+        self._check_prompt(request)
         arrival = next(self._arrivals)
-        states: list[RequestState] = []
-        live: list[RequestState] = []
-        for i in range(params.n):
-            p = _choice_params(params, i)
-            seq = Sequence(
-                request_id,
-                ids,
-                p,
-                arrival,
-                index=i,
-                cache_salt=cache_salt,
-                priority=priority,
-                tenant=tenant,
-            )
-            state = RequestState(seq, IncrementalDetokenizer(self.tokenizer, ids, p))
-            states.append(state)
-            done = None
-            if i < len(resume) and resume[i]:
-                done = state.resume(tuple(resume[i]), self.eos_token_ids, self.max_model_len)
-            if done is None:
-                live.append(state)
-                self._states[seq.seq_id] = state
-            else:  # reported at the next step, like an abort
-                seq.status, seq.finish_reason = SequenceStatus.FINISHED, done
-                self._aborted.append(state.output((), state.detokenizer.finish(), (), done))
+        states = [self._choice_state(request, i, arrival) for i in range(request.params.n)]
+        live = [s for s in states if not s.seq.is_finished]
+        for state in live:
+            self._states[state.seq.seq_id] = state
         if live:
             self._requests[request_id] = states
             self.scheduler.add(live[0].seq, [s.seq for s in live[1:]])
 
-    def _check_prompt(self, ids: list[int]) -> None:
-        check_prompt(ids, self.max_model_len, self.model_config.vocab_size)
+    def add_prompt(
+        self,
+        request_id: str,
+        prompt: str | Messages | None = None,
+        params: SamplingParams | None = None,
+        *,
+        prompt_token_ids: Seq[int] | None = None,
+        **fields: Any,
+    ) -> None:
+        """``add_request`` of a prompt (text or chat messages, encoded here) or its token ids:
+        the convenience path of ``generate`` and tests; ``fields`` are ``EngineRequest``'s."""
+        if prompt_token_ids is None:
+            if prompt is None:
+                raise InvalidRequestError("give a prompt, chat messages or prompt_token_ids")
+            prompt_token_ids = self.encode(prompt)
+        params = params or SamplingParams()
+        self.add_request(EngineRequest(request_id, tuple(prompt_token_ids), params, **fields))
+
+    def _check_prompt(self, request: EngineRequest) -> None:
+        vocab_size = self.model_config.vocab_size
+        validate_request(request.prompt_token_ids, request.params, self.max_model_len, vocab_size)
+
+    def _choice_state(self, request: EngineRequest, index: int, arrival: int) -> RequestState:
+        """Choice ``index``'s state. One whose resumed tokens already end it is finished now and
+        reported at the next step, like an abort."""
+        params, ids = request.choice_params(index), list(request.prompt_token_ids)
+        seq = Sequence(
+            request.request_id,
+            ids,
+            params,
+            arrival,
+            index=index,
+            cache_salt=request.cache_salt,
+            priority=request.priority,
+            tenant=request.tenant,
+        )
+        state = RequestState(seq, IncrementalDetokenizer(self.tokenizer, ids, params))
+        resumed = request.resume[index] if index < len(request.resume) else ()
+        done = state.resume(resumed, self.eos_token_ids, self.max_model_len) if resumed else None
+        if done is not None:
+            seq.status, seq.finish_reason = SequenceStatus.FINISHED, done
+            self._aborted.append(state.output((), state.detokenizer.finish(), (), done))
+        return state
 
     def abort(self, request_id: str) -> bool:
         """End a waiting or running request (all its choices) now; its blocks return at once.
@@ -254,7 +246,7 @@ class LLMEngine:
             per_prompt = list(params)
         ids = [f"generate-{next(self._arrivals)}" for _ in prompts]
         for rid, prompt, p in zip(ids, prompts, per_prompt, strict=True):
-            self.add_request(rid, prompt, p)
+            self.add_prompt(rid, prompt, p)
         collected: dict[tuple[str, int], list[RequestOutput]] = {
             (rid, i): [] for rid, p in zip(ids, per_prompt, strict=True) for i in range(p.n)
         }
@@ -274,13 +266,6 @@ class LLMEngine:
                 choices[0] if p.n == 1 else dataclasses.replace(choices[0], choices=choices)
             )
         return results
-
-
-def _choice_params(params: SamplingParams, index: int) -> SamplingParams:
-    """Choice ``index``'s params: its own seed, so seeded choices differ yet are reproducible."""
-    if params.seed is None or index == 0:
-        return params
-    return dataclasses.replace(params, seed=choice_seed(params.seed, index))
 
 
 def _completion(outs: list[RequestOutput]) -> Completion:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.engine.sampler import TokenLogprobs
+from worker.engine.sequence import FinishReason
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,7 @@ class RequestOutput:
     new_token_ids: tuple[int, ...]
     text_delta: str  # safe to show: never half a UTF-8 character or a partial stop string
     finished: bool
-    finish_reason: str | None  # stop | length | stop_string | abort | error, when finished
+    finish_reason: FinishReason | None  # stop, length, stop_string, abort or error: when finished
     num_prompt_tokens: int
     num_output_tokens: int
     logprobs: tuple[TokenLogprobs, ...] = ()

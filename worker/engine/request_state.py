@@ -78,7 +78,7 @@ class RequestState:
             new_token_ids=new_token_ids,
             text_delta=delta,
             finished=reason is not None,
-            finish_reason=reason.value if reason is not None else None,
+            finish_reason=reason,
             num_prompt_tokens=self.seq.num_prompt_tokens,
             num_output_tokens=self.seq.num_output_tokens,
             logprobs=logprobs,

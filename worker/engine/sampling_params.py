@@ -1,19 +1,33 @@
-"""Per-request sampling parameters, with vLLM's meanings so users need not relearn them."""
+"""Per-request sampling parameters, with vLLM's meanings so users need not relearn them.
+
+The wire's ``SamplingSpec`` (``producer.protocol``) is the one declaration of their names,
+defaults and ranges: the fields here take its defaults, and every ``SamplingParams`` is checked
+by the spec's own validation, so a range is written once. A job's params are built from its
+spec by ``SamplingParams.from_spec``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
+from annotated_types import Ge, Gt, Le
+from pydantic import ValidationError
+
+from producer.protocol import SamplingSpec
 from worker.engine.prompt import InvalidRequestError
 
-# Each choice is a sequence of its own in the batch; 16 keeps one request to a quarter of the
-# default 64-sequence batch.
-MAX_N = 16
+_SPEC_FIELDS = SamplingSpec.model_fields
 
 
 class InvalidSamplingParams(InvalidRequestError):
     """A sampling parameter is out of range; the message names the field and the allowed range.
     An ``InvalidRequestError``: the request can never run, so it is refused at admission."""
+
+
+def _default(name: str) -> Any:
+    return _SPEC_FIELDS[name].default
 
 
 @dataclass(frozen=True)
@@ -25,49 +39,61 @@ class SamplingParams:
     (choice 0 draws exactly what the same request with ``n = 1`` draws).
     """
 
-    max_tokens: int = 16  # new tokens at most; finish_reason "length" when reached
-    min_tokens: int = 0  # EOS and stop_token_ids are masked until this many tokens exist
-    temperature: float = 1.0
-    top_k: int = 0  # 0 (or -1) disables
-    top_p: float = 1.0  # nucleus mass in (0, 1]
-    min_p: float = 0.0  # drop tokens below min_p * p(top token)
-    seed: int | None = None  # same seed, same tokens, whatever else shares the batch
-    ignore_eos: bool = False  # EOS may be produced and does not stop the request
-    stop_token_ids: tuple[int, ...] = ()  # extra token ids that stop like EOS
-    stop: tuple[str, ...] = ()  # stop strings; finish_reason "stop_string"
-    include_stop_str_in_output: bool = False
-    logprobs: int | None = None  # top-N logprobs per generated token (plus the sampled one)
-    skip_special_tokens: bool = True
-    n: int = 1  # independent choices from one prompt, each streamed with its index
+    max_tokens: int = _default("max_tokens")  # new tokens at most; then finish_reason "length"
+    min_tokens: int = _default("min_tokens")  # EOS and stop_token_ids are masked until then
+    temperature: float = _default("temperature")
+    top_k: int = _default("top_k")  # 0 (or -1) disables
+    top_p: float = _default("top_p")  # nucleus mass in (0, 1]
+    min_p: float = _default("min_p")  # drop tokens below min_p * p(top token)
+    seed: int | None = _default("seed")  # same seed, same tokens, whatever shares the batch
+    ignore_eos: bool = _default("ignore_eos")  # EOS may be produced and does not stop it
+    stop_token_ids: tuple[int, ...] = _default("stop_token_ids")  # stop like EOS
+    stop: tuple[str, ...] = _default("stop")  # stop strings; finish_reason "stop_string"
+    include_stop_str_in_output: bool = _default("include_stop_str_in_output")
+    logprobs: int | None = _default("logprobs")  # top-N logprobs per token (plus the sampled)
+    skip_special_tokens: bool = _default("skip_special_tokens")
+    n: int = _default("n")  # independent choices from one prompt, each streamed with its index
 
     def __post_init__(self) -> None:
-        self._check(self.max_tokens >= 1, "max_tokens", "must be >= 1")
-        self._check(0 <= self.min_tokens <= self.max_tokens, "min_tokens", "0..max_tokens")
-        self._check(self.temperature >= 0.0, "temperature", "must be >= 0")
-        self._check(self.top_k >= -1, "top_k", "-1, 0 (off) or a positive count")
-        self._check(0.0 < self.top_p <= 1.0, "top_p", "(0, 1]")
-        self._check(0.0 <= self.min_p <= 1.0, "min_p", "[0, 1]")
-        self._check(self.logprobs is None or 0 <= self.logprobs <= 20, "logprobs", "0..20")
-        self._check(all(s for s in self.stop), "stop", "stop strings must be non-empty")
-        self._check(1 <= self.n <= MAX_N, "n", f"1..{MAX_N}")
         # Lists are accepted for convenience and frozen so params stay hashable and immutable.
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "stop", tuple(self.stop))
+        try:
+            SamplingSpec.model_validate(self.__dict__)
+        except ValidationError as exc:
+            raise InvalidSamplingParams(_describe(exc)) from None
 
-    def check_vocab(self, vocab_size: int) -> None:
-        """Raise unless every token id the params name is in the model's vocabulary: checked at
-        admission (``LLMEngine.add_request``, the job service's intake), because only then is
-        the vocabulary known, and a step must never meet an id it cannot index."""
-        bad = [t for t in self.stop_token_ids if not 0 <= t < vocab_size]
-        self._check(
-            not bad, "stop_token_ids", f"each must be in 0..{vocab_size - 1}, got {bad[:5]}"
-        )
-
-    @staticmethod
-    def _check(ok: bool, name: str, allowed: str) -> None:
-        if not ok:
-            raise InvalidSamplingParams(f"invalid sampling parameter {name}: {allowed}")
+    @classmethod
+    def from_spec(cls, spec: SamplingSpec) -> SamplingParams:
+        """A job's params: its spec's fields, one for one (``test_sampling_contract``)."""
+        return cls(**spec.model_dump())
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def _describe(exc: ValidationError) -> str:
+    """The first error as ``invalid sampling parameter <name>: <allowed>``, the range read from
+    the spec's declaration (``n: 1..16``, ``top_p: (0.0, 1.0]``)."""
+    error = exc.errors()[0]
+    name = str(error["loc"][0]) if error["loc"] else ""
+    if name not in _SPEC_FIELDS:  # the spec's cross-field rule: its message names the field
+        name, _, allowed = str(error["msg"]).removeprefix("Value error, ").partition(" ")
+        return f"invalid sampling parameter {name}: {allowed}"
+    return f"invalid sampling parameter {name}: {allowed_range(name) or error['msg']}"
+
+
+def allowed_range(name: str) -> str:
+    """The range ``SamplingSpec`` declares for ``name``: ``1..16``, ``(0.0, 1.0]``, ``>= 0``;
+    empty when it declares none."""
+    bounds: dict[str, Any] = {}
+    for m in _SPEC_FIELDS[name].metadata:
+        if isinstance(m, Ge | Gt | Le):
+            bounds.update(dataclasses.asdict(m))
+    low = bounds.get("ge", bounds.get("gt"))
+    if "le" not in bounds:
+        return "" if low is None else (f">= {low}" if "ge" in bounds else f"> {low}")
+    if isinstance(low, int) and "ge" in bounds:
+        return f"{low}..{bounds['le']}"
+    return f"{'[' if 'ge' in bounds else '('}{low}, {bounds['le']}]"

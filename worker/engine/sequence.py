@@ -5,6 +5,9 @@ from __future__ import annotations
 import enum
 import itertools
 
+# One finish reason from the engine to the stream: the protocol's (ABORT and ERROR are the
+# engine's own; a request that failed inside a step is ERROR, ``step_faults``).
+from producer.status import FinishReason as FinishReason
 from worker.engine.sampling_params import SamplingParams
 
 
@@ -12,14 +15,6 @@ class SequenceStatus(enum.Enum):
     WAITING = "waiting"  # not admitted, or preempted and waiting to recompute
     RUNNING = "running"  # holds blocks; scheduled every step until it finishes
     FINISHED = "finished"
-
-
-class FinishReason(enum.StrEnum):
-    STOP = "stop"  # EOS or a stop token id
-    LENGTH = "length"  # max_tokens, or the model's context
-    STOP_STRING = "stop_string"
-    ABORT = "abort"
-    ERROR = "error"  # this request failed inside a step (``step_faults``); the others go on
 
 
 # Unique over the process: the n choices of one request share a request id, so the runner's rows

@@ -131,18 +131,14 @@ class WorkerConfig:
     def from_args(cls, args: argparse.Namespace) -> WorkerConfig:
         """The config of parsed ``add_arguments`` flags; what no flag sets comes from the
         environment (``--prefix``, chaos: ``producer/envs.py``, ``worker/envs.py``)."""
-        return cls(
-            name=args.name or default_worker_name(),
-            prefix=args.prefix or producer_envs.key_prefix(),
-            max_jobs=args.max_jobs,
-            stream_interval=args.stream_interval,
-            result_ttl_s=args.result_ttl_s,
-            isolate_tenant_caches=args.isolate_tenant_caches,
-            urgent_reserve=args.urgent_reserve,
-            max_deliveries=args.max_deliveries,
-            grace_s=args.grace_s,
-            chaos=envs.chaos(),
-        )
+        # Each flag's dest is its field's name: the fields the flags set, as parsed.
+        flags = {
+            f.name: vars(args)[f.name] for f in dataclasses.fields(cls) if f.name in vars(args)
+        }
+        flags["name"] = args.name or default_worker_name()
+        flags["prefix"] = args.prefix or producer_envs.key_prefix()
+        flags["chaos"] = envs.chaos()
+        return cls(**flags)
 
 
 def _default(name: str) -> Any:

@@ -14,6 +14,7 @@ import structlog
 
 from producer.keys import band_of
 from producer.protocol import JobSpec
+from worker.engine.engine_request import EngineRequest
 from worker.engine.sampling_params import SamplingParams
 from worker.service.config import WorkerConfig
 from worker.service.inbox import Inbox
@@ -40,23 +41,31 @@ class Handover:
         params: SamplingParams,
         submitted_at: float,
         started_at: float,
+        resume: tuple[tuple[int, ...], ...] = (),
+        first_token_at: float | None = None,
     ) -> AdmittedJob:
-        """The job of ``entry`` (its jobs stream and entry id), started at ``started_at``."""
+        """The job of ``entry`` (its jobs stream and entry id), started at ``started_at``;
+        a dead worker's job continues after the tokens each choice streamed (``resume``)."""
         stream, entry_id = entry
-        return AdmittedJob(
-            job_id=spec.id,
-            entry_id=entry_id,
-            stream=stream,
-            prompt_token_ids=tuple(prompt_token_ids),
-            params=params,
+        request = EngineRequest(
+            spec.id,
+            tuple(prompt_token_ids),
+            params,
+            priority=spec.priority,
             tenant=spec.tenant,
             cache_salt=self.cache_salt(spec),
+            resume=resume,
+        )
+        return AdmittedJob(
+            request,
+            entry_id=entry_id,
+            stream=stream,
             submitted_at=submitted_at,
             started_at=started_at,
             clock_offset_s=self.clock_offset_s,
-            priority=spec.priority,
             band=band_of(spec.priority),
             deadline=spec.deadline,
+            first_token_at=first_token_at,
         )
 
     def cache_salt(self, spec: JobSpec) -> str | None:

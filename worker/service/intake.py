@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import KW_ONLY, dataclass
 
 import redis
 import structlog
@@ -28,32 +29,26 @@ from worker.service.recovery import Resumer
 from worker.service.slots import Slots
 
 
+@dataclass(eq=False, repr=False)  # a thread: identity equality, Thread's repr
 class Intake(threading.Thread):
-    def __init__(
-        self,
-        config: WorkerConfig,
-        *,
-        reader: BandReader,
-        claims: Claims,
-        resumer: Resumer,
-        handover: Handover,
-        limits: PromptLimits,
-        slots: Slots,
-        metrics: WorkerMetrics | None = None,  # counts rejections, reports queue depths
-    ) -> None:
+    """The intake thread and the parts it calls (``build_intake`` makes them)."""
+
+    config: WorkerConfig
+    _: KW_ONLY
+    reader: BandReader
+    claims: Claims
+    resumer: Resumer
+    handover: Handover
+    limits: PromptLimits
+    slots: Slots
+    metrics: WorkerMetrics | None = None  # counts rejections, reports queue depths
+
+    def __post_init__(self) -> None:
         super().__init__(name="paternoster-intake", daemon=True)
-        self.config = config
-        self.reader = reader
-        self.claims = claims
-        self.resumer = resumer
-        self.handover = handover
-        self._limits = limits
-        self._slots = slots
-        self.metrics = metrics
         self._retry: list[Entry] = []  # claims to try again
         self.stopping = threading.Event()
         # Every line names the worker: several workers often share one log sink.
-        self._log = structlog.get_logger("paternoster.intake", worker=config.name)
+        self._log = structlog.get_logger("paternoster.intake", worker=self.config.name)
 
     def ensure_group(self) -> None:
         self.reader.ensure_group()
@@ -64,7 +59,7 @@ class Intake(threading.Thread):
             if self.metrics is not None and time.monotonic() >= next_depths:
                 next_depths = time.monotonic() + 1.0  # 3 XINFO calls a second: negligible
                 self._report_depths(self.metrics)
-            got = self._slots.take(self._slots.capacity, timeout_s=0.2)
+            got = self.slots.take(self.slots.capacity, timeout_s=0.2)
             if got == 0:
                 continue
             kept = 0
@@ -73,7 +68,7 @@ class Intake(threading.Thread):
             except Exception as exc:  # a dead intake is a live process that never takes a job
                 self._log.exception("intake_pass_failed", error=repr(exc))
                 time.sleep(1.0)
-            self._slots.give(got - kept)
+            self.slots.give(got - kept)
 
     def _fill(self, got: int) -> int:
         """Fill up to ``got`` slots: retried claims first, then dead workers' jobs, then new
@@ -136,7 +131,7 @@ class Intake(threading.Thread):
             self._dead_letter_bad_id(entry)
             return False
         try:
-            spec, ids, params = parse_job(job_id, entry.fields.get("payload"), self._limits)
+            spec, ids, params = parse_job(job_id, entry.fields.get("payload"), self.limits)
         except Rejected as exc:
             self._reject(entry, job_id, exc.code, exc.message)
             return False

@@ -12,12 +12,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from producer.protocol import MAX_PAYLOAD_BYTES, SUPPORTED_SCHEMA_VERSIONS, ErrorCode, JobSpec
-from worker.engine.prompt import (
-    InvalidRequestError,
-    PromptTooLongError,
-    check_prompt,
-    encode_prompt,
-)
+from worker.engine.engine_request import validate_request
+from worker.engine.prompt import InvalidRequestError, PromptTooLongError, encode_prompt
 from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
 
 
@@ -67,20 +63,19 @@ def parse_job(
         raise Rejected(ErrorCode.INVALID_REQUEST, _short(exc)) from exc
     if spec.id != job_id:
         raise Rejected(ErrorCode.INVALID_REQUEST, f"payload id {spec.id!r} != entry id {job_id!r}")
+    params = SamplingParams.from_spec(spec.sampling)
     try:
-        params = SamplingParams(**spec.sampling.model_dump())
-        params.check_vocab(limits.vocab_size)
+        ids = _prompt_ids(spec, limits)
+        # The engine's own check, once, here: max_tokens past the context is refused (not cut).
+        validate_request(
+            ids, params, limits.max_model_len, limits.vocab_size, refuse_past_context=True
+        )
     except InvalidSamplingParams as exc:
         raise Rejected(ErrorCode.INVALID_REQUEST, str(exc)) from exc
-    ids = _prompt_ids(spec, limits)
-    room = limits.max_model_len - len(ids)
-    if params.max_tokens > room:  # as OpenAI and vLLM's server do: refused, not cut silently
-        raise Rejected(
-            ErrorCode.INVALID_REQUEST,
-            f"invalid sampling parameter max_tokens: {params.max_tokens} new tokens do not fit "
-            f"after the prompt's {len(ids)} in this model's context of {limits.max_model_len} "
-            f"tokens; at most {room} fit",
-        )
+    except PromptTooLongError as exc:
+        raise Rejected(ErrorCode.PROMPT_TOO_LONG, str(exc)) from exc
+    except InvalidRequestError as exc:
+        raise Rejected(ErrorCode.INVALID_PROMPT, str(exc)) from exc
     return spec, ids, params
 
 
@@ -115,21 +110,12 @@ def _no_constant(name: str) -> float:
 
 
 def _prompt_ids(spec: JobSpec, limits: PromptLimits) -> list[int]:
-    try:
-        if spec.prompt_token_ids is not None:
-            ids = list(spec.prompt_token_ids)
-        else:
-            _check_prompt_bytes(spec, limits)
-            if spec.messages is not None:
-                ids = encode_prompt(limits.tokenizer, [m.model_dump() for m in spec.messages])
-            else:
-                ids = encode_prompt(limits.tokenizer, spec.prompt or "")
-        check_prompt(ids, limits.max_model_len, limits.vocab_size)
-    except PromptTooLongError as exc:
-        raise Rejected(ErrorCode.PROMPT_TOO_LONG, str(exc)) from exc
-    except InvalidRequestError as exc:
-        raise Rejected(ErrorCode.INVALID_PROMPT, str(exc)) from exc
-    return ids
+    if spec.prompt_token_ids is not None:
+        return list(spec.prompt_token_ids)
+    _check_prompt_bytes(spec, limits)
+    if spec.messages is not None:
+        return encode_prompt(limits.tokenizer, [m.model_dump() for m in spec.messages])
+    return encode_prompt(limits.tokenizer, spec.prompt or "")
 
 
 def _check_prompt_bytes(spec: JobSpec, limits: PromptLimits) -> None:

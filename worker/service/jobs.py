@@ -27,20 +27,11 @@ from producer.protocol import (
     event_fields,
 )
 from producer.status import FinishReason, JobState, StatusField
+from worker.engine.engine_request import EngineRequest
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampler import TokenLogprobs
-from worker.engine.sampling_params import SamplingParams
-from worker.engine.sequence import FinishReason as EngineReason
 from worker.service.publisher import Command, expire, hset, xack, xadd
 
-# The engine's reasons that end a choice normally, as the wire spells them: the one place the
-# engine's reason becomes the protocol's. Its others (abort, error) end a choice early, for a
-# cancel, a deadline (the worker's reason, not the engine's) or a failure.
-_NORMAL_ENDS: dict[str, FinishReason] = {
-    EngineReason.STOP: FinishReason.STOP,
-    EngineReason.LENGTH: FinishReason.LENGTH,
-    EngineReason.STOP_STRING: FinishReason.STOP_STRING,
-}
 # Progress goes to the status hash every this many tokens, not at every token event: it
 # halves the commands per token (2.8 -> ~1.8 on 16 jobs); the terminal write is exact.
 STATUS_EVERY_TOKENS = 16
@@ -48,25 +39,23 @@ STATUS_EVERY_TOKENS = 16
 
 @dataclass(frozen=True)
 class AdmittedJob:
-    """A job intake has claimed (``running``, ``started`` published), ready for the engine."""
+    """A job intake has claimed (``running``, ``started`` published), ready for the engine:
+    ``request`` is what the engine runs (its id is the job's; taken over from a worker that
+    died, its ``resume`` holds each choice's tokens already streamed)."""
 
-    job_id: str
+    request: EngineRequest
     entry_id: str  # its entry in the jobs stream: acknowledged after the terminal event
     stream: str  # the jobs stream of its priority band, which holds that entry
-    prompt_token_ids: tuple[int, ...]
-    params: SamplingParams
-    tenant: str
-    cache_salt: str | None
     submitted_at: float  # Redis clock, unix s
     started_at: float  # Redis clock, unix s
     clock_offset_s: float  # Redis clock minus this host's time.time(), measured at the claim
-    priority: int = 0
     band: str = "default"
     deadline: float | None = None  # unix s (Redis clock); past it the job ends with what it has
-    # Taken over from a worker that died: each choice's tokens already streamed (it continues
-    # from the next index) and when its first token was published.
-    resume: tuple[tuple[int, ...], ...] = ()
-    first_token_at: float | None = None
+    first_token_at: float | None = None  # taken over: when its first token was published
+
+    @property
+    def job_id(self) -> str:
+        return self.request.request_id
 
 
 @dataclass
@@ -87,7 +76,9 @@ class ChoiceStream:
         self.logprobs.extend(out.logprobs)
         if out.finished:
             self.ended = True
-            self.finish_reason = _NORMAL_ENDS.get(out.finish_reason or "")
+            reason = None if out.finish_reason is None else FinishReason(out.finish_reason)
+            # The engine's abort and error end a job otherwise: a cancel, a deadline, a failure.
+            self.finish_reason = reason if reason is not None and reason.ends_done else None
 
     def take_event(self) -> TokenEvent:
         logprobs = None
@@ -123,14 +114,14 @@ class ActiveJob:
     num_cached_tokens: int = 0
     choices: list[ChoiceStream] = field(default_factory=list)
     # Why the worker ended it early: FinishReason.DEADLINE (the engine reports it as an abort).
-    ending: str | None = None
+    ending: FinishReason | None = None
     outcome: JobState | None = None  # its final state once the terminal event is built
     num_preemptions: int = 0  # times the engine freed its KV to make room (it resumes)
     finish_reason: FinishReason | None = None
 
     def __post_init__(self) -> None:
-        self.choices = [ChoiceStream(i) for i in range(self.job.params.n)]
-        for choice, tokens in zip(self.choices, self.job.resume, strict=False):
+        self.choices = [ChoiceStream(i) for i in range(self.job.request.params.n)]
+        for choice, tokens in zip(self.choices, self.job.request.resume, strict=False):
             choice.next_index = len(tokens)
         self.first_token_at = self.job.first_token_at
 
@@ -228,7 +219,7 @@ class ActiveJob:
 
     def cancel(self) -> list[Command]:
         """End a job the engine never saw (cancelled between intake and the model loop)."""
-        usage = self.usage(len(self.job.prompt_token_ids))
+        usage = self.usage(len(self.job.request.prompt_token_ids))
         status = st.ended(JobState.CANCELLED, self.now())
         return self.end_commands(event_fields(CancelledEvent(usage=usage)), status)
 

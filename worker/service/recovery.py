@@ -12,7 +12,6 @@ contiguous stream.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -249,8 +248,8 @@ class Resumer:
         self._handover.observe_clock(seconds + micros / 1e6)
         submitted, started, first_token = (float(t) if t else None for t in times)
         where = (orphan.stream, orphan.entry_id)
-        job = self._handover.job(where, spec, ids, params, submitted or 0.0, started or 0.0)
-        job = dataclasses.replace(job, resume=resume, first_token_at=first_token)
+        times_s = (submitted or 0.0, started or 0.0)
+        job = self._handover.job(where, spec, ids, params, *times_s, resume, first_token)
         self._log.info(
             "job_resumed",
             job_id=job_id,

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import KW_ONLY, dataclass, field
 
 import redis
 import structlog
 
 from producer.keys import Keys
 from producer.protocol import ErrorCode
+from producer.status import FinishReason
 from worker.engine.llm_engine import InvalidRequestError, LLMEngine
 from worker.engine.outputs import RequestOutput
 from worker.service.cancels import CancelListener, EarlyCancels
@@ -31,39 +33,31 @@ from worker.service.reporting import Reporter
 from worker.service.slots import Slots
 
 
+@dataclass(eq=False)
 class JobWorker:
-    def __init__(
-        self,
-        engine: LLMEngine,
-        config: WorkerConfig,
-        *,
-        inbox: Inbox,
-        slots: Slots,
-        intake: Intake,
-        cancels: CancelListener,
-        publisher: Publisher,
-        lease: Lease,
-        reporter: Reporter,
-        metrics: WorkerMetrics | None = None,
-    ) -> None:
-        self.engine = engine
-        self.config = config
-        self.keys = Keys(config.prefix)
-        self.inbox = inbox
-        self.slots = slots
-        self.intake = intake
-        self.cancels = cancels
-        self.publisher = publisher
-        self.lease = lease
-        self.reporter = reporter
-        self.metrics = metrics
-        self.active = inbox.active  # the jobs in the engine, by id
+    """The model loop and the parts it runs (``build_worker`` makes them)."""
+
+    engine: LLMEngine
+    config: WorkerConfig
+    _: KW_ONLY
+    inbox: Inbox
+    slots: Slots
+    intake: Intake
+    cancels: CancelListener
+    publisher: Publisher
+    lease: Lease
+    reporter: Reporter
+    metrics: WorkerMetrics | None = None
+    stop_event: threading.Event = field(default_factory=threading.Event, init=False)
+
+    def __post_init__(self) -> None:
+        self.keys = Keys(self.config.prefix)
+        self.active = self.inbox.active  # the jobs in the engine, by id
         self._early_cancels = EarlyCancels()
         self._aborts_pending = False  # the engine reports aborts at its next step: take one
-        self.stop_event = threading.Event()
         self._stop_at = 0.0
         # Every line this worker logs names it: several workers often share one log sink.
-        self._log = structlog.get_logger("paternoster.worker", worker=config.name)
+        self._log = structlog.get_logger("paternoster.worker", worker=self.config.name)
 
     def run(self) -> None:
         """Serve until ``stop()``; then finish the jobs in hand (for at most ``grace_s``; the
@@ -164,7 +158,7 @@ class JobWorker:
                 continue
             if out.error is not None:  # it failed inside the step; the others in it go on
                 commands += job.fail(ErrorCode.INTERNAL.value, f"the job failed: {out.error}")
-                self._end(job, "error")
+                self._end(job, FinishReason.ERROR)
                 continue
             had_token = job.first_token_at is not None
             commands += job.on_output(out)
@@ -172,7 +166,7 @@ class JobWorker:
                 ttft_s = job.first_token_at - job.job.submitted_at
                 self.metrics.first_token(band=job.job.band, ttft_s=ttft_s)
             if job.finished:
-                self._end(job, str(out.finish_reason))
+                self._end(job, out.finish_reason)
         return commands
 
     def _engine_step(self) -> list[RequestOutput]:
@@ -188,7 +182,7 @@ class JobWorker:
             for job in list(self.active.values()):
                 self.engine.abort(job.job.job_id)
                 self.publisher.publish(job.fail(ErrorCode.INTERNAL.value, message))
-                self._end(job, "error")
+                self._end(job, FinishReason.ERROR)
             return []
 
     def _grace_over(self) -> bool:
@@ -216,12 +210,12 @@ class JobWorker:
         for job_id, job in self.active.items():
             deadline = job.job.deadline
             if deadline is not None and job.ending is None and job.now() > deadline:
-                job.ending = "deadline"
+                job.ending = FinishReason.DEADLINE
                 self._aborts_pending |= self.engine.abort(job_id)
                 self._log.info(
                     "job_deadline",
                     job_id=job_id,
-                    tenant=job.job.tenant,
+                    tenant=job.job.request.tenant,
                     completion_tokens=job.num_published_tokens,
                 )
 
@@ -232,7 +226,7 @@ class JobWorker:
             )
             if self._early_cancels.pop(job.job_id):
                 self.publisher.publish(active.cancel())
-                self._end(active, "abort")
+                self._end(active, FinishReason.ABORT)
             elif self._start(job, active):
                 self.active[job.job_id] = active
                 if self.metrics is not None:
@@ -242,15 +236,7 @@ class JobWorker:
     def _start(self, job: AdmittedJob, active: ActiveJob) -> bool:
         """Add ``job`` to the engine; False when it could not start (it has ended, failed)."""
         try:
-            self.engine.add_request(
-                job.job_id,
-                params=job.params,
-                prompt_token_ids=job.prompt_token_ids,
-                cache_salt=job.cache_salt,
-                priority=job.priority,
-                tenant=job.tenant,
-                resume=job.resume,
-            )
+            self.engine.add_request(job.request)
             return True
         except InvalidRequestError as exc:  # intake checks the same: only a resume gets here
             self.publisher.publish(active.fail(ErrorCode.INVALID_PROMPT.value, str(exc)))
@@ -258,7 +244,7 @@ class JobWorker:
             self._log.exception("job_admit_failed", job_id=job.job_id, error=repr(exc))
             message = f"could not start the job: {exc!r}"[:300]
             self.publisher.publish(active.fail(ErrorCode.INTERNAL.value, message))
-        self._end(active, "error")
+        self._end(active, FinishReason.ERROR)
         return False
 
     def _apply_cancels(self) -> None:
@@ -268,13 +254,15 @@ class JobWorker:
                 # The engine frees the blocks now and reports the abort in the next step.
                 self._aborts_pending |= self.engine.abort(job_id)
                 self._log.info(
-                    "job_cancel_requested", job_id=job_id, tenant=self.active[job_id].job.tenant
+                    "job_cancel_requested",
+                    job_id=job_id,
+                    tenant=self.active[job_id].job.request.tenant,
                 )
             else:  # not here, or intake has claimed it and not handed it over yet
                 self._early_cancels.remember(job_id, now)
         self._early_cancels.expire(now)
 
-    def _end(self, job: ActiveJob, reason: str) -> None:
+    def _end(self, job: ActiveJob, reason: FinishReason | None) -> None:
         self.active.pop(job.job.job_id, None)
         self.publisher.publish(self.reporter.forget(job.job.job_id))
         self.slots.give(1)
@@ -282,7 +270,7 @@ class JobWorker:
         self._log.info(
             "job_finished",
             job_id=job.job.job_id,
-            tenant=job.job.tenant,
+            tenant=job.job.request.tenant,
             reason=reason,
             completion_tokens=job.num_published_tokens,
             total_s=round(job.now() - job.job.submitted_at, 6),
