@@ -95,7 +95,7 @@ class LLMEngine:
         request_id = request.request_id
         if request_id in self._requests:
             raise InvalidRequestError(f"request {request_id!r} is already in the engine")
-        self._check_prompt(request)
+        self._validate(request)
         arrival = next(self._arrivals)
         states = [self._choice_state(request, i, arrival) for i in range(request.params.n)]
         live = [s for s in states if not s.seq.is_finished]
@@ -123,7 +123,7 @@ class LLMEngine:
         params = params or SamplingParams()
         self.add_request(EngineRequest(request_id, tuple(prompt_token_ids), params, **fields))
 
-    def _check_prompt(self, request: EngineRequest) -> None:
+    def _validate(self, request: EngineRequest) -> None:
         vocab_size = self.model_config.vocab_size
         validate_request(request.prompt_token_ids, request.params, self.max_model_len, vocab_size)
 

@@ -1,7 +1,8 @@
 """Prompts to token ids, and the checks every prompt must pass before it may run.
 
 Shared by the engine and the job service's intake (which tokenizes on its own thread with its own
-tokenizer, so a prompt that can never run is rejected before the job is marked started).
+tokenizer, so a prompt that can never run is rejected before the job is marked started); the
+checks run as part of ``engine_request.validate_request``, a request's one admission check.
 """
 
 from __future__ import annotations

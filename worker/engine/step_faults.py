@@ -6,8 +6,8 @@ that still fails on its own is failed; every other request in the step continues
 happened. Redoing a runner step is safe: nothing is committed before ``Scheduler.update``, and
 the K/V a half-run step wrote is written again, for the same tokens at the same slots.
 
-Requests are checked at admission (``SamplingParams.check_vocab``, ``check_prompt``) so none of
-this should ever run; it is what keeps one request's surprise from ending the worker process.
+Requests are checked at admission (``engine_request.validate_request``) so none of this should
+ever run; it is what keeps one request's surprise from ending the worker process.
 """
 
 from __future__ import annotations
