@@ -37,7 +37,9 @@ MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = -100, 0, 100
 # number. The wire carries the int; an alias never reaches Redis.
 PRIORITY_ALIASES = {"interactive": -10, "default": 0, "batch": 10}
 _ALIAS_NAMES = ", ".join(PRIORITY_ALIASES)
-MAX_CHOICES = 16  # the engine's cap on SamplingParams.n
+# The cap on ``n`` (SamplingSpec's, so the engine's too): each choice is a sequence of its own
+# in the batch, and 16 keeps one request to a quarter of the default 64-sequence batch.
+MAX_CHOICES = 16
 MAX_METADATA_BYTES = 4096  # metadata rides in every job entry: keep it small
 # A job entry's payload (the JobSpec JSON) at most: 1 MiB holds a 128k-token prompt (about 4
 # bytes a token) twice over; the worker refuses more before it parses, producers before XADD.
@@ -73,7 +75,8 @@ class _Frozen(BaseModel):
 
 
 class SamplingSpec(_Frozen):
-    """The engine's sampling parameters, with the engine's names, defaults and ranges."""
+    """How a job samples: the one declaration of the sampling names, defaults and ranges. The
+    engine's ``SamplingParams`` takes its defaults from here and is checked by this model."""
 
     max_tokens: WireInt = Field(default=16, ge=1)
     min_tokens: WireInt = Field(default=0, ge=0)
