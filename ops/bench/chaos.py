@@ -20,7 +20,6 @@ Target: 0 lost, 0 duplicated, 0 gaps, 0 repeats.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import redis
 
+from ops.bench.common import write_report
 from ops.bench.redis_server import RedisServer
 from producer import Producer
 from producer.protocol import StartedEvent, TokenEvent, is_terminal, parse_event
@@ -98,6 +98,52 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             server.stop()
 
 
+class Faults:
+    """The faults of one run: ``--kills`` SIGKILLs at random times over the fault window (each
+    victim replaced under a new name) and, with ``--redis-restarts``, a restart midway."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        rng: random.Random,
+        server: RedisServer,
+        prefix: str,
+        workers: dict[str, subprocess.Popen[bytes]],
+    ) -> None:
+        self.args, self.rng = args, rng
+        self.server, self.prefix, self.workers = server, prefix, workers
+        self.kills = sorted(rng.uniform(3, args.fault_window_s) for _ in range(args.kills))
+        self.restart_at: float | None = args.fault_window_s / 2 if args.redis_restarts else None
+        self.spawned = len(workers)
+        self.events: list[dict[str, Any]] = []
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.kills) or self.restart_at is not None
+
+    def inject(self, now: float) -> None:
+        """Every fault due at ``now`` (s from the start)."""
+        if self.kills and now >= self.kills[0]:
+            self.kills.pop(0)
+            self.kill_one(round(now, 2))
+        if self.restart_at is not None and now >= self.restart_at:
+            self.restart_at = None
+            self.server.restart(down_s=1.0)
+            self.events.append({"t_s": round(now, 2), "fault": "redis restart"})
+
+    def kill_one(self, t_s: float) -> None:
+        live = [n for n, proc in self.workers.items() if proc.poll() is None]
+        if not live:  # every worker died on its own: that is a failure the audit shows
+            self.events.append({"t_s": t_s, "fault": "no live worker to kill"})
+            return
+        victim = self.rng.choice(live)
+        self.workers[victim].send_signal(signal.SIGKILL)
+        name = f"w{self.spawned}"
+        self.spawned += 1
+        self.workers[name] = start_worker(self.args, self.server.url, self.prefix, name)
+        self.events.append({"t_s": t_s, "fault": "kill -9", "worker": victim, "replacement": name})
+
+
 def drive(
     args: argparse.Namespace,
     rng: random.Random,
@@ -106,49 +152,32 @@ def drive(
     workers: dict[str, subprocess.Popen[bytes]],
 ) -> dict[str, Any]:
     p = Producer(server.url, prefix=prefix)
-    ids = []
-    for i in range(args.jobs):
-        handle = p.submit(
+    ids = [
+        p.submit(
             f"Chaos job {i}: count to ten.",
             max_tokens=args.max_tokens,
             temperature=0.0,
             ignore_eos=True,
-        )
-        ids.append(handle.job_id)
+        ).job_id
+        for i in range(args.jobs)
+    ]
     start = time.monotonic()
-    events: list[dict[str, Any]] = []
-    # Faults spread over the first part of the run: kills at random times, the restart midway.
-    plan = sorted(rng.uniform(3, args.fault_window_s) for _ in range(args.kills))
-    restart_at = args.fault_window_s / 2 if args.redis_restarts else None
-    spawned = len(workers)
+    faults = Faults(args, rng, server, prefix, workers)
     while time.monotonic() - start < args.timeout_s:
-        now = time.monotonic() - start
-        if plan and now >= plan[0]:
-            plan.pop(0)
-            live = [n for n, proc in workers.items() if proc.poll() is None]
-            if not live:  # every worker died on its own: that is a failure the audit shows
-                events.append({"t_s": round(now, 2), "fault": "no live worker to kill"})
-                continue
-            victim = rng.choice(live)
-            workers[victim].send_signal(signal.SIGKILL)
-            name = f"w{spawned}"
-            spawned += 1
-            workers[name] = start_worker(args, server.url, prefix, name)
-            events.append(
-                {"t_s": round(now, 2), "fault": "kill -9", "worker": victim, "replacement": name}
-            )
-        if restart_at is not None and now >= restart_at:
-            restart_at = None
-            server.restart(down_s=1.0)
-            events.append({"t_s": round(now, 2), "fault": "redis restart"})
-        if not plan and restart_at is None and all_ended(p, ids):
+        faults.inject(time.monotonic() - start)
+        if not faults.pending and all_ended(p, ids):
             break
         time.sleep(0.25)
     wall = time.monotonic() - start
     audits = [audit(p, job_id) for job_id in ids]
     p.close()
-    summary = {
-        "jobs": len(ids),
+    return {"summary": summarize(audits, wall), "faults": faults.events, "args": vars(args)}
+
+
+def summarize(audits: Sequence[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """The audit's counts over every job (the docstring says what each means)."""
+    return {
+        "jobs": len(audits),
         "lost": sum(a["terminal"] == 0 for a in audits),
         "duplicated": sum(a["terminal"] > 1 or a["started"] > 1 for a in audits),
         "gaps": sum(a["gaps"] > 0 for a in audits),
@@ -158,9 +187,8 @@ def drive(
         "outcomes": {
             o: sum(a["outcome"] == o for a in audits) for o in {a["outcome"] for a in audits}
         },
-        "wall_s": round(wall, 1),
+        "wall_s": round(wall_s, 1),
     }
-    return {"summary": summary, "faults": events, "args": vars(args)}
 
 
 def all_ended(p: Producer, ids: Sequence[str]) -> bool:
@@ -203,9 +231,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"gaps {s['gaps']}, repeats {s['repeats']}, recovered {s['recovered']}, done {s['done']} "
         f"{s['outcomes']}"
     )
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2, default=str))
+    write_report(report, args.out, default=str)
     return report
 
 

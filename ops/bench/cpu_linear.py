@@ -16,7 +16,6 @@ not build.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ import torch
 from torch import nn
 
 from kernels import cpu_ops
+from ops.bench.common import write_report
 from worker.models.cpu_linear import PackedLinear, onednn_supports
 
 LAYER_SHAPES = [(576, 960), (576, 576), (576, 3072), (1536, 576)]  # (in, out) per layer
@@ -43,12 +43,10 @@ class Skinny(nn.Module):
         self.in_features, self.weight, self.ops = linear.in_features, linear.weight.detach(), ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.skinny_linear(x, self.weight)  # type: ignore[no-any-return]
+        return self.ops.skinny_linear(x, self.weight)
 
 
-def step_seconds(
-    layers: Sequence[nn.Module], inputs: dict[int, torch.Tensor], repeats: int
-) -> float:
+def step_seconds(layers: Sequence[Any], inputs: dict[int, torch.Tensor], repeats: int) -> float:
     def one_round() -> None:
         for layer in layers:
             layer(inputs[layer.in_features])
@@ -117,9 +115,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     f" GB/s), oneDNN / skinny {onednn_s / skinny_s:.2f}"
                 )
             print(line)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
+    write_report(report, args.out)
     return report
 
 

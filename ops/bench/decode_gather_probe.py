@@ -41,12 +41,9 @@ def timed(fn: Callable[..., Any], acc: dict[str, float], key: str) -> Callable[.
     return wrapper
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, float]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--context", type=int, default=300)
-    p.add_argument("--steps", type=int, default=5)
-    args = p.parse_args(argv)
+def decode_step(args: argparse.Namespace) -> tuple[ModelRunner, SchedulerOutput]:
+    """The bundled model's runner over a touched cache, and one decode step of ``--batch``
+    sequences ``--context`` long, each on blocks of its own."""
     model = load_model(resolve_model_dir(None), torch.float32, torch.device("cpu"))
     blocks_per_seq = -(-args.context // 16)
     runner = ModelRunner(
@@ -67,35 +64,56 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         )
         for i in range(args.batch)
     )
-    step = SchedulerOutput(items, args.batch, ())
+    return runner, SchedulerOutput(items, args.batch, ())
+
+
+def time_in_model(runner: ModelRunner, step: SchedulerOutput, steps: int) -> dict[str, float]:
+    """ms per step, and of it the decode attention's and its gathers', after one warm-up."""
     acc = {"decode": 0.0, "gather": 0.0}
     gather = reference.gather_kv
     runner.backend.decode = timed(runner.backend.decode, acc, "decode")  # type: ignore[method-assign]
     reference.gather_kv = timed(gather, acc, "gather")
-    runner.run(step)
-    acc.update(decode=0.0, gather=0.0)
-    start = time.perf_counter()
-    for _ in range(args.steps):
+    try:
         runner.run(step)
-    step_ms = (time.perf_counter() - start) / args.steps * 1e3
-    reference.gather_kv = gather
+        acc.update(decode=0.0, gather=0.0)
+        start = time.perf_counter()
+        for _ in range(steps):
+            runner.run(step)
+        step_ms = (time.perf_counter() - start) / steps * 1e3
+    finally:
+        reference.gather_kv = gather
+    return {
+        "step_ms": step_ms,
+        "decode_attention_ms": acc["decode"] / steps * 1e3,
+        "gathers_in_model_ms": acc["gather"] / steps * 1e3,
+    }
+
+
+def time_alone(runner: ModelRunner, step: SchedulerOutput, context: int, steps: int) -> float:
+    """ms per step of the same gathers over the same layer caches, with no model around them."""
     _, _, meta, _ = runner.prepare(runner.batch_order(step))
     start = time.perf_counter()
-    for _ in range(args.steps):
+    for _ in range(steps):
         for k, v in runner.kv_caches:
-            gather(k, meta.block_tables, args.context)
-            gather(v, meta.block_tables, args.context)
-    alone_ms = (time.perf_counter() - start) / args.steps * 1e3
-    result = {
-        "step_ms": step_ms,
-        "decode_attention_ms": acc["decode"] / args.steps * 1e3,
-        "gathers_in_model_ms": acc["gather"] / args.steps * 1e3,
-        "gathers_alone_ms": alone_ms,
-    }
+            reference.gather_kv(k, meta.block_tables, context)
+            reference.gather_kv(v, meta.block_tables, context)
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--context", type=int, default=300)
+    p.add_argument("--steps", type=int, default=5)
+    args = p.parse_args(argv)
+    runner, step = decode_step(args)
+    result = time_in_model(runner, step, args.steps)
+    result["gathers_alone_ms"] = alone_ms = time_alone(runner, step, args.context, args.steps)
     print(
         f"batch {args.batch} x context {args.context}, {torch.get_num_threads()} threads: "
-        f"step {step_ms:.0f} ms, decode attention {result['decode_attention_ms']:.0f} ms, "
-        f"its gathers {result['gathers_in_model_ms']:.0f} ms; same gathers alone {alone_ms:.0f} ms"
+        f"step {result['step_ms']:.0f} ms, decode attention {result['decode_attention_ms']:.0f}"
+        f" ms, its gathers {result['gathers_in_model_ms']:.0f} ms; same gathers alone"
+        f" {alone_ms:.0f} ms"
     )
     return result
 

@@ -41,6 +41,15 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 section() { echo; echo "=== $1 ($(date +%T), ${SECONDS}s in)"; }
+# part LIMIT LOG LINES SCRIPT ARGS...: ops/bench/SCRIPT under its own limit (seconds), its output
+# in $OUT/LOG.log; then its exit status and the log's last LINES lines (the tool returns a tail).
+part() {
+    local limit=$1 log=$2 lines=$3 script=$4
+    shift 4
+    timeout "$limit" python3 "ops/bench/$script" "$@" >"$OUT/$log.log" 2>&1
+    echo "$script exit $?"
+    tail -"$lines" "$OUT/$log.log"
+}
 # KV for 256 requests of up to 2048 tokens: 115 KB a token in Qwen3-0.6B's shape (33 GB at the
 # mean of 1,124 tokens), 32 KB in Llama-3.2-1B's (9 GB); the mix's 64 requests need far less.
 if [ -n "${SMOKE:-}" ]; then
@@ -93,55 +102,37 @@ timeout 25 python3 ops/bench/random_model.py --shape $QWEN3_SHAPE --tokenizer "$
     --out "$QWEN3_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 | grep -v "shards"
 
 section "engine: the 64-request mix on Llama-3.2-1B's shape, ours and HF CB"
-timeout 110 python3 ops/bench/engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
-    --systems ours,hf-cb --hf-cb-timeout-s 55 --num-requests $MIX_N --scale $MIX_SCALE \
-    --kv-cache-bytes $KV_MIX --out "$OUT/engine.json" >"$OUT/engine.log" 2>&1
-echo "engine.py exit $?"
-tail -8 "$OUT/engine.log"
+part 110 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours,hf-cb \
+    --hf-cb-timeout-s 55 --num-requests $MIX_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX \
+    --out "$OUT/engine.json"
 
 section "decode steps against their byte floor: Llama-3.2-1B's shape"
-timeout 45 python3 ops/bench/gpu_steps.py --device $DEVICE --model "$MODEL_DIR" \
-    "${STEPS_ARGS[@]}" --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama.json" \
-    >"$OUT/steps_llama.log" 2>&1
-echo "gpu_steps.py exit $?"
-tail -8 "$OUT/steps_llama.log"
+part 45 steps_llama 8 gpu_steps.py --device $DEVICE --model "$MODEL_DIR" "${STEPS_ARGS[@]}" \
+    --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama.json"
 
 section "nano-vllm's workload: Qwen3-0.6B's shape, ours"
-timeout 60 python3 ops/bench/engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" \
-    --workload nano-vllm --num-requests $NANO_N --scale $NANO_SCALE --systems ours \
-    --kv-cache-bytes $KV_NANO_QWEN3 --out "$OUT/nano_qwen3.json" >"$OUT/nano_qwen3.log" 2>&1
-echo "engine.py exit $?"
-tail -5 "$OUT/nano_qwen3.log"
+part 60 nano_qwen3 5 engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" --workload nano-vllm \
+    --num-requests $NANO_N --scale $NANO_SCALE --systems ours --kv-cache-bytes $KV_NANO_QWEN3 \
+    --out "$OUT/nano_qwen3.json"
 
 NANO_SYSTEMS=ours NANO_LIMIT=55
 [ -n "${NANO_HF_CB:-}" ] && NANO_SYSTEMS=ours,hf-cb NANO_LIMIT=175
 section "nano-vllm's workload: Llama-3.2-1B's shape, $NANO_SYSTEMS"
-timeout $NANO_LIMIT python3 ops/bench/engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
+part $NANO_LIMIT nano_llama 6 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
     --workload nano-vllm --num-requests $NANO_N --scale $NANO_SCALE --systems $NANO_SYSTEMS \
-    --hf-cb-timeout-s 100 --kv-cache-bytes $KV_NANO_LLAMA --out "$OUT/nano_llama.json" \
-    >"$OUT/nano_llama.log" 2>&1
-echo "engine.py exit $?"
-tail -6 "$OUT/nano_llama.log"
+    --hf-cb-timeout-s 100 --kv-cache-bytes $KV_NANO_LLAMA --out "$OUT/nano_llama.json"
 
 section "decode steps against their byte floor: Qwen3-0.6B's shape"
-timeout 40 python3 ops/bench/gpu_steps.py --device $DEVICE --model "$QWEN3_DIR" \
-    "${STEPS_ARGS[@]}" --kv-cache-bytes $KV_STEPS_QWEN3 --out "$OUT/steps_qwen3.json" \
-    >"$OUT/steps_qwen3.log" 2>&1
-echo "gpu_steps.py exit $?"
-tail -8 "$OUT/steps_qwen3.log"
+part 40 steps_qwen3 8 gpu_steps.py --device $DEVICE --model "$QWEN3_DIR" "${STEPS_ARGS[@]}" \
+    --kv-cache-bytes $KV_STEPS_QWEN3 --out "$OUT/steps_qwen3.json"
 
 section "engine: the mix at 256 requests, ours alone"
-timeout 35 python3 ops/bench/engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
-    --systems ours --num-requests $MIX4_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX \
-    --out "$OUT/engine256.json" >"$OUT/engine256.log" 2>&1
-echo "engine.py (256 requests) exit $?"
-tail -4 "$OUT/engine256.log"
+part 35 engine256 4 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours \
+    --num-requests $MIX4_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX --out "$OUT/engine256.json"
 
 if [ $DEVICE = cuda ]; then
     section "decode kernel grid"
-    timeout 30 python3 ops/bench/kernels.py --out "$OUT/decode.json" >"$OUT/decode.log" 2>&1
-    echo "kernels.py exit $?"
-    tail -6 "$OUT/decode.log"
+    part 30 decode 6 kernels.py --out "$OUT/decode.json"
 fi
 
 section "digest"

@@ -33,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.append(str(Path(__file__).resolve().parent))
 
 import torch
-from engine import DEFAULT_DTYPE, normal_token_ids
 from step_floor import copy_gbps, profile_idle, step_bytes, synchronize
 
+from ops.bench.common import DEFAULT_DTYPE, write_report
+from ops.bench.engine_workload import normal_token_ids
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
@@ -231,9 +232,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     report = run(args)
     print_table(report)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
+    write_report(report, args.out)
     return report
 
 

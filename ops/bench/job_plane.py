@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -35,58 +34,44 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.append(str(Path(__file__).resolve().parent))  # after the repo: `kernels` stays ours
 
-import engine as engine_bench
 import redis
 import torch
 
+from ops.bench.common import environment, in_worker_thread, write_report
+from ops.bench.engine_workload import (
+    BenchRequest,
+    make_workload,
+    normal_token_ids,
+    warmup_prompt,
+    workload_totals,
+)
+from ops.bench.our_engine import StepCounter, add_engine_arguments, engine_config, step_all, warm_up
 from producer.connection import resolve_redis_url
-from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
-from worker.engine.sampling_params import SamplingParams
+from worker.models.config import ModelConfig
 from worker.models.loader import load_tokenizer, resolve_model_dir
 from worker.service.build import build_worker
 from worker.service.config import WorkerConfig
+from worker.service.worker import JobWorker
 
-Workload = Sequence[Any]  # engine_bench.BenchRequest
+Workload = Sequence[BenchRequest]
+# Commands the bench itself sends (its counters, its clean-up), not the job plane's.
+BENCH_COMMANDS = ("info", "scan", "del")
 
 
 def make_engine(args: argparse.Namespace) -> LLMEngine:
-    engine = LLMEngine(
-        EngineConfig(
-            model=str(args.model_dir),
-            device="cpu",
-            num_threads=args.threads,
-            cache=CacheConfig(memory_bytes=args.kv_cache_bytes),
-            scheduler=SchedulerConfig(
-                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens
-            ),
-        )
-    )
-    warm = engine_bench.warmup_prompt(args.token_ids)
-    engine.add_prompt("warmup", params=greedy(4), prompt_token_ids=warm)
-    while engine.has_unfinished():
-        engine.step()
+    engine = LLMEngine(engine_config(args, str(args.model_dir)))
+    warm_up(engine, warmup_prompt(args.token_ids))
     return engine
-
-
-def greedy(n: int) -> SamplingParams:
-    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
 
 def run_engine(args: argparse.Namespace, workload: Workload) -> dict[str, Any]:
     engine = make_engine(args)
-    outputs: dict[str, list[int]] = {r.request_id: [] for r in workload}
+    counter = StepCounter(engine)
     start = time.perf_counter()
-    for r in workload:
-        engine.add_prompt(r.request_id, params=greedy(r.output_len), prompt_token_ids=r.prompt_ids)
-    steps = 0
-    while engine.has_unfinished():
-        steps += 1
-        for out in engine.step():
-            outputs[out.request_id].extend(out.new_token_ids)
-    return {"wall_s": time.perf_counter() - start, "steps": steps, "outputs": outputs}
+    outputs = step_all(engine, workload)
+    return {"wall_s": time.perf_counter() - start, "steps": counter.steps, "outputs": outputs}
 
 
 def command_calls(client: redis.Redis) -> dict[str, int]:
@@ -106,54 +91,56 @@ def run_redis(args: argparse.Namespace, workload: Workload, url: str) -> dict[st
     )
     reader = redis.Redis.from_url(url, decode_responses=True)
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = [
-            {"id": r.request_id, "prompt_ids": list(r.prompt_ids), "output_len": r.output_len}
-            for r in workload
-        ]
-        (Path(tmp) / "jobs.json").write_text(json.dumps(jobs))
+        jobs, out = Path(tmp) / "jobs.json", Path(tmp) / "out.json"
+        jobs.write_text(json.dumps([job_record(r) for r in workload]))
         calls_before = command_calls(reader)
-        client = subprocess.Popen(
-            [
-                sys.executable,
-                str(Path(__file__).with_name("job_client.py")),
-                str(Path(tmp) / "jobs.json"),
-                str(Path(tmp) / "out.json"),
-                "--redis-url",
-                url,
-                "--prefix",
-                prefix,
-            ]
-        )
-
-        def stop_when_client_exits() -> None:
-            client.wait()
-            worker.stop()
-
-        watcher = threading.Thread(target=stop_when_client_exits, daemon=True)
-        watcher.start()
+        script = Path(__file__).with_name("job_client.py")
+        cmd = [sys.executable, str(script), str(jobs), str(out), "--redis-url", url]
+        client = subprocess.Popen([*cmd, "--prefix", prefix])
         try:
-            worker.run()
+            serve_until_exits(worker, client)
         finally:
-            if client.poll() is None:
-                client.kill()
             for key in reader.scan_iter(f"{prefix}:*"):
                 reader.delete(key)
         if client.returncode != 0:
             raise RuntimeError(f"the bench client failed with exit code {client.returncode}")
         calls_after = command_calls(reader)
-        result = json.loads((Path(tmp) / "out.json").read_text())
-    delta = {k: v - calls_before.get(k, 0) for k, v in calls_after.items()}
-    delta = {k: v for k, v in delta.items() if v > 0 and k not in ("info", "scan", "del")}
+        result = json.loads(out.read_text())
     stats = worker.publisher.stats
     return {
         "wall_s": result["wall_s"],
         "steps": worker.num_steps,
         "outputs": result["outputs"],
         "client_reads": result["reads"],
-        "redis_calls": delta,
+        "redis_calls": calls_since(calls_before, calls_after),
         "publish_round_trips": stats.round_trips,
         "publish_commands": stats.commands,
     }
+
+
+def job_record(r: BenchRequest) -> dict[str, Any]:
+    """What job_client.py submits for one request."""
+    return {"id": r.request_id, "prompt_ids": list(r.prompt_ids), "output_len": r.output_len}
+
+
+def serve_until_exits(worker: JobWorker, client: subprocess.Popen[bytes]) -> None:
+    """Run the worker here until the client process exits (killed if the worker fails)."""
+
+    def stop_when_client_exits() -> None:
+        client.wait()
+        worker.stop()
+
+    threading.Thread(target=stop_when_client_exits, daemon=True).start()
+    try:
+        worker.run()
+    finally:
+        if client.poll() is None:
+            client.kill()
+
+
+def calls_since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    delta = {k: v - before.get(k, 0) for k, v in after.items()}
+    return {k: v for k, v in delta.items() if v > 0 and k not in BENCH_COMMANDS}
 
 
 def summarize(run: dict[str, Any], output_tokens: int) -> dict[str, Any]:
@@ -169,18 +156,12 @@ def summarize(run: dict[str, Any], output_tokens: int) -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="HF directory or .gguf; default the bundled SmolLM2-135M")
+    add_engine_arguments(p)
     p.add_argument("--num-requests", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--rounds", type=int, default=1, help="alternate the systems this many times")
     p.add_argument("--stream-interval", type=int, default=1)
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    p.add_argument("--kv-cache-bytes", type=int, default=engine_bench.DEFAULT_CPU_KV_BYTES)
-    p.add_argument("--max-num-seqs", type=int, default=SchedulerConfig.max_num_seqs)
-    p.add_argument(
-        "--max-num-batched-tokens", type=int, default=SchedulerConfig.max_num_batched_tokens
-    )
     p.add_argument("--out", type=Path)
     return p.parse_args(argv)
 
@@ -189,18 +170,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     args.model_dir = resolve_model_dir(args.model)
-    tokenizer = load_tokenizer(args.model_dir)
-    vocab = json.loads((Path(args.model_dir) / "config.json").read_text())["vocab_size"]
-    args.token_ids = engine_bench.normal_token_ids(tokenizer, vocab)
-    workload = engine_bench.make_workload(args.num_requests, args.seed, args.scale, args.token_ids)
-    totals = engine_bench.workload_totals(workload)
+    vocab = ModelConfig.from_dir(args.model_dir).vocab_size
+    args.token_ids = normal_token_ids(load_tokenizer(args.model_dir), vocab)
+    workload = make_workload(args.num_requests, args.seed, args.scale, args.token_ids)
+    totals = workload_totals(workload)
     url, embedded = resolve_redis_url()
     rounds: list[dict[str, Any]] = []
     for i in range(args.rounds):
         print(f"round {i + 1}: engine ...", flush=True)
-        eng = engine_bench.in_worker_thread(lambda: run_engine(args, workload))
+        eng = in_worker_thread(lambda: run_engine(args, workload))
         print(f"  engine {eng['wall_s']:.1f} s; redis ...", flush=True)
-        red = engine_bench.in_worker_thread(lambda: run_redis(args, workload, url))
+        red = in_worker_thread(lambda: run_redis(args, workload, url))
         print(f"  redis {red['wall_s']:.1f} s", flush=True)
         if red["outputs"] != eng["outputs"]:
             raise RuntimeError("the Redis path produced different tokens from the engine")
@@ -212,15 +192,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         embedded.close()
     report = {
         "workload": totals,
-        "environment": engine_bench.environment(args.threads),
+        "environment": environment(args.threads),
         "redis_url": url,
         "stream_interval": args.stream_interval,
         "rounds": rounds,
     }
     print_report(report)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
+    write_report(report, args.out)
     return report
 
 

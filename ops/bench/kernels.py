@@ -14,13 +14,10 @@ ceiling is a device-to-device copy of a large buffer (bytes read + written over 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +26,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
-import torch.nn.functional as F
+
+from ops.bench.common import write_report
+from ops.bench.decode_timing import graph_ms, median_ms, rel_err, time_sdpa
+from ops.bench.step_floor import copy_gbps
 
 # Llama-3-8B attention: 32 query heads sharing 8 KV heads, head size 128, 16-token cache blocks.
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_SIZE, BLOCK_SIZE = 32, 8, 128, 16
@@ -44,89 +44,6 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def median_ms(fn: Callable[[], Any], cuda: bool, cpu_reps: int = 1) -> float:
-    """Median time of ``fn`` in ms; on CUDA via ``do_bench``, which flushes L2 between runs.
-
-    CPU times (the interpreter) only prove the script runs, so one timed call is enough there.
-    """
-    if cuda:
-        from triton.testing import do_bench
-
-        return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    fn()
-    times = []
-    for _ in range(cpu_reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
-def graph_ms(fn: Callable[[], Any]) -> float:
-    """Median time of ``fn`` replayed from a CUDA graph: the GPU's time without the host's.
-
-    A small decode moves too few bytes to hide a launch from Python (a Triton launch costs more
-    host time than SDPA's C++ dispatch), so events around a plain call can time the host.
-    """
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # warm up (compile, allocate) outside the capture
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return median_ms(graph.replay, cuda=True)
-
-
-def copy_gbps(device: torch.device, nbytes: int, cuda: bool) -> float:
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), cuda)
-    return 2 * nbytes / ms / 1e6
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.float() - ref.float()).norm() / ref.float().norm())
-
-
-def gathered_bhld(cache: torch.Tensor, block_tables: torch.Tensor, ctx: int) -> torch.Tensor:
-    """The padded contiguous ``(B, H, L, D)`` layout SDPA wants, gathered from the paged cache."""
-    from kernels.reference import gather_kv
-
-    return gather_kv(cache, block_tables, ctx)[:, :, :ctx].contiguous()
-
-
-def time_sdpa(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    ctx: int,
-    triton_out: torch.Tensor,
-) -> tuple[float, float, float, float | None]:
-    """``(rel err vs triton_out, SDPA ms, gather + SDPA ms, SDPA ms from a CUDA graph)``; all
-    sequences are ``ctx`` long."""
-    cuda = q.is_cuda
-    q_4d = q[:, :, None]  # (B, Hq, 1, D)
-    scale = q.shape[-1] ** -0.5
-
-    def sdpa(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q_4d, k, v, scale=scale, enable_gqa=True)
-
-    def gather_sdpa() -> torch.Tensor:
-        k = gathered_bhld(k_cache, block_tables, ctx)
-        return sdpa(k, gathered_bhld(v_cache, block_tables, ctx))
-
-    k, v = gathered_bhld(k_cache, block_tables, ctx), gathered_bhld(v_cache, block_tables, ctx)
-    err = rel_err(triton_out, sdpa(k, v)[:, :, 0])
-    sdpa_ms = median_ms(functools.partial(sdpa, k, v), cuda)
-    sdpa_graph_ms = graph_ms(functools.partial(sdpa, k, v)) if cuda else None
-    del k, v  # the gathered copies; gather_sdpa makes its own
-    return err, sdpa_ms, median_ms(gather_sdpa, cuda), sdpa_graph_ms
-
-
 def fits(batch: int, ctx: int, dtype: torch.dtype, device: torch.device) -> bool:
     """Cache + gathered copy + the gather's transient copy, with 20% headroom."""
     if device.type != "cuda":
@@ -136,14 +53,11 @@ def fits(batch: int, ctx: int, dtype: torch.dtype, device: torch.device) -> bool
     return 3 * kv_bytes < 0.8 * free
 
 
-def run_config(
-    batch: int, ctx: int, dtype: torch.dtype, device: torch.device, ceiling_gbps: float
-) -> dict[str, Any]:
-    from kernels.reference import paged_decode_attention as ref_decode
-    from kernels.triton_common import num_sms
-    from kernels.triton_decode import choose_num_splits, paged_decode_attention, split_plan
+DecodeArgs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, int]
 
-    cuda = device.type == "cuda"
+
+def paged_inputs(batch: int, ctx: int, dtype: torch.dtype, device: torch.device) -> DecodeArgs:
+    """``paged_decode_attention``'s arguments: random q and K/V, every sequence ``ctx`` long."""
     blocks_per_seq = -(-ctx // BLOCK_SIZE)
     num_blocks = batch * blocks_per_seq
     shape = (num_blocks, NUM_KV_HEADS, BLOCK_SIZE, HEAD_SIZE)
@@ -154,16 +68,45 @@ def run_config(
     block_tables = perm.view(batch, blocks_per_seq).to(torch.int32)
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
     q = torch.randn(batch, NUM_Q_HEADS, HEAD_SIZE, dtype=dtype, device=device)
-    scale = HEAD_SIZE**-0.5
-    args = (q, k_cache, v_cache, block_tables, seq_lens, scale, ctx)
+    return q, k_cache, v_cache, block_tables, seq_lens, HEAD_SIZE**-0.5, ctx
 
+
+def reference_error(args: DecodeArgs, out: torch.Tensor) -> float:
+    """Relative error of ``out`` against `kernels.reference` on the first ``CHECKED_SEQS``
+    sequences; raises past the dtype's tolerance."""
+    from kernels.reference import paged_decode_attention as ref_decode
+
+    q, k_cache, v_cache, block_tables, seq_lens, scale, ctx = args
+    n = min(q.shape[0], CHECKED_SEQS)
+    ref = ref_decode(q[:n], k_cache, v_cache, block_tables[:n], seq_lens[:n], scale, ctx)
+    err = rel_err(out[:n], ref)
+    if not err < TOLERANCE[q.dtype]:
+        raise AssertionError(f"batch {q.shape[0]} ctx {ctx}: rel err {err:.2e} vs reference")
+    return err
+
+
+def graph_columns(triton_graph_ms: float | None, sdpa_graph_ms: float | None) -> dict[str, float]:
+    """The CUDA-graph replay columns; empty off CUDA."""
+    if triton_graph_ms is None or sdpa_graph_ms is None:
+        return {}
+    return {
+        "triton_graph_us": triton_graph_ms * 1e3,
+        "sdpa_graph_us": sdpa_graph_ms * 1e3,
+        "graph_speedup_vs_sdpa": sdpa_graph_ms / triton_graph_ms,
+    }
+
+
+def run_config(
+    batch: int, ctx: int, dtype: torch.dtype, device: torch.device, ceiling_gbps: float
+) -> dict[str, Any]:
+    from kernels.triton_common import num_sms
+    from kernels.triton_decode import choose_num_splits, paged_decode_attention, split_plan
+
+    cuda = device.type == "cuda"
+    args = paged_inputs(batch, ctx, dtype, device)
+    q, k_cache, v_cache, block_tables = args[:4]
     out = paged_decode_attention(*args)
-    n = min(batch, CHECKED_SEQS)
-    err = rel_err(
-        out[:n], ref_decode(q[:n], k_cache, v_cache, block_tables[:n], seq_lens[:n], scale, ctx)
-    )
-    if not err < TOLERANCE[dtype]:
-        raise AssertionError(f"batch {batch} ctx {ctx}: rel err {err:.2e} vs reference")
+    err = reference_error(args, out)
     num_splits = choose_num_splits(batch, NUM_KV_HEADS, ctx, num_sms(device))
     triton_ms = median_ms(lambda: paged_decode_attention(*args, out=out), cuda)
     triton_graph_ms = graph_ms(lambda: paged_decode_attention(*args, out=out)) if cuda else None
@@ -173,13 +116,6 @@ def run_config(
     )
     nbytes = 2 * batch * ctx * NUM_KV_HEADS * HEAD_SIZE * dtype.itemsize + 2 * q.nbytes
     gbps = nbytes / triton_ms / 1e6
-    graphs = {}  # CUDA only
-    if triton_graph_ms is not None and sdpa_graph_ms is not None:
-        graphs = {
-            "triton_graph_us": triton_graph_ms * 1e3,
-            "sdpa_graph_us": sdpa_graph_ms * 1e3,
-            "graph_speedup_vs_sdpa": sdpa_graph_ms / triton_graph_ms,
-        }
     return {
         "batch": batch,
         "context": ctx,
@@ -194,7 +130,7 @@ def run_config(
         "speedup_vs_gather_sdpa": gather_sdpa_ms / triton_ms,
         "rel_err_vs_reference": err,
         "rel_err_vs_sdpa": sdpa_err,
-        **graphs,
+        **graph_columns(triton_graph_ms, sdpa_graph_ms),
     }
 
 
@@ -249,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     dtype = DTYPES[args.dtype] if args.dtype else torch.bfloat16 if cuda else torch.float32
     batches, contexts = (TINY_BATCHES, TINY_CONTEXTS) if args.tiny else (BATCHES, CONTEXTS)
     torch.manual_seed(0)
-    ceiling = copy_gbps(device, TINY_COPY_BYTES if args.tiny else COPY_BYTES, cuda)
+    ceiling = copy_gbps(device.type, TINY_COPY_BYTES if args.tiny else COPY_BYTES)
     configs = []
     for batch in batches:
         for ctx in contexts:
@@ -263,9 +199,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     name = torch.cuda.get_device_name(device) if cuda else "cpu (Triton interpreter)"
     results = {"device": name, "dtype": str(dtype), "copy_gbps": ceiling, "configs": configs}
     print_table(results)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2))
+    write_report(results, args.out)
     return results
 
 

@@ -34,7 +34,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.append(str(Path(__file__).resolve().parent))
 
-import engine as engine_bench
 import kv_memory
 import load_report
 import load_sampler
@@ -42,6 +41,8 @@ import load_worker
 import plots
 import workload as wl
 
+from ops.bench.common import environment, matmul_gflops
+from ops.bench.engine_workload import BenchRequest, normal_token_ids, useful_flops
 from producer import Producer
 from producer.admission import Cap, set_limits
 from producer.connection import resolve_redis_url
@@ -146,13 +147,13 @@ def run_rate(
 
 
 def model_gflop(args: argparse.Namespace, records: Sequence[dict[str, Any]]) -> float:
-    """Model work of the tokens actually produced (engine.py's FLOP accounting)."""
+    """Model work of the tokens actually produced (engine_workload.useful_flops)."""
     done = [
-        engine_bench.BenchRequest(r["job_id"], r["klass"], (0,) * r["prompt_tokens"], n)
+        BenchRequest(r["job_id"], r["klass"], (0,) * r["prompt_tokens"], n)
         for r in records
         if (n := len(r["token_times_s"])) > 0
     ]
-    return engine_bench.useful_flops(args.model_config, done)["total"] / 1e9 if done else 0.0
+    return useful_flops(args.model_config, done)["total"] / 1e9 if done else 0.0
 
 
 def fmt(p: dict[str, Any]) -> str:
@@ -184,43 +185,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.model_dir = resolve_model_dir(args.model)
     args.model_config = ModelConfig.from_dir(args.model_dir)
     args.context_len = args.max_model_len or args.model_config.max_position
-    vocab = engine_bench.normal_token_ids(
-        load_tokenizer(args.model_dir), args.model_config.vocab_size
-    )
+    vocab = normal_token_ids(load_tokenizer(args.model_dir), args.model_config.vocab_size)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    # The machine's matmul ceiling with the worker's thread count, measured before any worker
-    # starts so nothing shares the cores: each run's model GFLOP/s is reported against it.
-    import torch
-
-    torch.set_num_threads(args.threads)
-    ceiling = engine_bench.matmul_gflops()
-    print(f"matmul ceiling: {ceiling:.1f} GFLOP/s fp32 on {args.threads} threads", flush=True)
+    ceiling = measure_ceiling(args.threads)
     url, embedded = resolve_redis_url(args.redis_url)
-    runs = []
     try:
-        for rate in args.rates:
-            jobs = wl.generate(
-                mix,
-                rate_per_s=rate,
-                duration_s=args.duration_s,
-                num_jobs=args.num_jobs,
-                seed=args.seed,
-                scale=args.scale,
-                token_ids=vocab,
-            )
-            if not jobs:
-                raise ValueError(f"no job arrives within --duration-s at {rate:g} jobs/s")
-            print(f"rate {rate:g}/s: {len(jobs)} jobs ...", flush=True)
-            runs.append(run_rate(args, jobs, rate, url))
-            runs[-1]["ceiling_fraction"] = runs[-1]["model_gflop_s"] / ceiling
-            print_run(runs[-1])
+        runs = [run_at(args, mix, vocab, rate, url, ceiling) for rate in args.rates]
     finally:
         if embedded is not None:
             embedded.close()
     config = {k: v for k, v in vars(args).items() if k not in ("model_config",)}
     report = {
         "config": json.loads(json.dumps(config, default=str)),
-        "environment": engine_bench.environment(args.threads),
+        "environment": environment(args.threads),
         "matmul_ceiling_gflop_s": ceiling,
         "mix": asdict(mix),
         "runs": runs,
@@ -228,6 +205,44 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     report["plots"] = [] if args.no_plots else [str(p) for p in plots.write_all(runs, args.out_dir)]
     (args.out_dir / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def measure_ceiling(threads: int) -> float:
+    """The machine's matmul ceiling with the worker's thread count, measured before any worker
+    starts so nothing shares the cores: each run's model GFLOP/s is reported against it."""
+    import torch
+
+    torch.set_num_threads(threads)
+    ceiling = matmul_gflops()
+    print(f"matmul ceiling: {ceiling:.1f} GFLOP/s fp32 on {threads} threads", flush=True)
+    return ceiling
+
+
+def run_at(
+    args: argparse.Namespace,
+    mix: wl.Mix,
+    vocab: Sequence[int],
+    rate: float,
+    url: str,
+    ceiling: float,
+) -> dict[str, Any]:
+    """The mix's jobs at ``rate`` jobs/s through one worker, its figures printed."""
+    jobs = wl.generate(
+        mix,
+        rate_per_s=rate,
+        duration_s=args.duration_s,
+        num_jobs=args.num_jobs,
+        seed=args.seed,
+        scale=args.scale,
+        token_ids=vocab,
+    )
+    if not jobs:
+        raise ValueError(f"no job arrives within --duration-s at {rate:g} jobs/s")
+    print(f"rate {rate:g}/s: {len(jobs)} jobs ...", flush=True)
+    run = run_rate(args, jobs, rate, url)
+    run["ceiling_fraction"] = run["model_gflop_s"] / ceiling
+    print_run(run)
+    return run
 
 
 if __name__ == "__main__":

@@ -31,6 +31,15 @@ def _rate_tag(rate: float) -> str:
     return f"{rate:g}".replace(".", "p")
 
 
+def save(fig: Any, title: str, path: Path) -> Path:
+    """``fig`` under ``title`` as a PNG at ``path``, closed (pyplot keeps every open figure)."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def latency_cdfs(run: dict[str, Any], out_dir: Path) -> Path:
     fig, axes = plt.subplots(1, len(CDF_METRICS), figsize=(15, 4.2))
     lat = [(r["klass"], job_latencies(r)) for r in run["jobs"]]
@@ -49,12 +58,9 @@ def latency_cdfs(run: dict[str, Any], out_dir: Path) -> Path:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"latency CDFs per class at {run['rate_per_s']:g} jobs/s offered")
-    fig.tight_layout()
-    path = out_dir / f"latency_cdf_rate{_rate_tag(run['rate_per_s'])}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    rate = run["rate_per_s"]
+    title = f"latency CDFs per class at {rate:g} jobs/s offered"
+    return save(fig, title, out_dir / f"latency_cdf_rate{_rate_tag(rate)}.png")
 
 
 def throughput(runs: Sequence[dict[str, Any]], out_dir: Path) -> Path:
@@ -73,12 +79,7 @@ def throughput(runs: Sequence[dict[str, Any]], out_dir: Path) -> Path:
     lines = ax.get_legend_handles_labels()
     more = twin.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
-    fig.suptitle("throughput against offered load")
-    fig.tight_layout()
-    path = out_dir / "throughput.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, "throughput against offered load", out_dir / "throughput.png")
 
 
 def kv_usage(runs: Sequence[dict[str, Any]], out_dir: Path) -> Path:
@@ -99,12 +100,7 @@ def kv_usage(runs: Sequence[dict[str, Any]], out_dir: Path) -> Path:
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("KV cache usage and batch over time")
-    fig.tight_layout()
-    path = out_dir / "kv_usage.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, "KV cache usage and batch over time", out_dir / "kv_usage.png")
 
 
 def write_all(runs: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:

@@ -19,25 +19,23 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 # Run as a script: put the repository first so `worker` imports without an install.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.append(str(Path(__file__).resolve().parent))  # after the repo: `kernels` stays ours
 
 import torch
-from engine import in_worker_thread  # ops/bench/engine.py: the same thread rule for every bench
 
-from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig, SchedulerConfig
+from ops.bench.common import args_record, in_worker_thread, write_report
+from ops.bench.our_engine import add_engine_arguments, engine_config, greedy
 from worker.engine.llm_engine import LLMEngine
-from worker.engine.sampling_params import SamplingParams
 
 TOPICS = (
     "billing", "refunds", "shipping", "passwords", "privacy", "outages", "pricing", "invoices",
@@ -89,26 +87,16 @@ def chats(system: str, num_jobs: int) -> list[list[dict[str, str]]]:
 
 
 def make_engine(args: argparse.Namespace, caching: bool) -> LLMEngine:
-    return LLMEngine(
-        EngineConfig(
-            model=args.model,
-            device="cpu",
-            num_threads=args.threads,
-            cache=CacheConfig(memory_bytes=args.kv_cache_bytes, enable_prefix_caching=caching),
-            scheduler=SchedulerConfig(
-                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens
-            ),
-        )
-    )
+    config = engine_config(args, args.model)
+    return LLMEngine(replace(config, cache=replace(config.cache, enable_prefix_caching=caching)))
 
 
 def run_once(args: argparse.Namespace, caching: bool) -> dict[str, Any]:
     engine = make_engine(args, caching)
-    warm = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
-    engine.generate(["A warm-up prompt that shares nothing with the jobs."], warm)
+    engine.generate(["A warm-up prompt that shares nothing with the jobs."], greedy(4))
     system = system_prompt(engine, args.system_tokens)
     prompts = [engine.encode(chat) for chat in chats(system, args.jobs)]
-    params = SamplingParams(temperature=0.0, max_tokens=args.output_tokens, ignore_eos=True)
+    params = greedy(args.output_tokens)
     computed_before = engine.scheduler.num_prompt_tokens_computed
     hits_before = engine.cache_stats().num_hit_tokens
     tokens: dict[str, list[int]] = {f"job-{i}": [] for i in range(len(prompts))}
@@ -147,16 +135,10 @@ def run_once(args: argparse.Namespace, caching: bool) -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="HF directory or .gguf; default the bundled SmolLM2-135M")
+    add_engine_arguments(p)
     p.add_argument("--jobs", type=int, default=32)
     p.add_argument("--system-tokens", type=int, default=500)
     p.add_argument("--output-tokens", type=int, default=32)
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    p.add_argument("--kv-cache-bytes", type=int, default=DEFAULT_CPU_KV_BYTES)
-    p.add_argument("--max-num-seqs", type=int, default=SchedulerConfig.max_num_seqs)
-    p.add_argument(
-        "--max-num-batched-tokens", type=int, default=SchedulerConfig.max_num_batched_tokens
-    )
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     return p.parse_args(argv)
 
@@ -196,15 +178,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     print(f"greedy outputs identical on and off: {same}/{len(off['tokens'])} jobs")
     report = {
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "args": args_record(args),
         "torch": torch.__version__,
         "runs": {k: {kk: vv for kk, vv in r.items() if kk != "tokens"} for k, r in runs.items()},
         "ratios": ratios,
         "identical_jobs": same,
     }
+    write_report(report, args.out)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
         print(f"wrote {args.out}")
     return report
 

@@ -23,45 +23,33 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import random
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.append(str(Path(__file__).resolve().parent))
 
 import torch
-from engine import in_worker_thread
 
+from ops.bench.common import args_record, in_worker_thread, write_report
+from ops.bench.our_engine import add_engine_arguments, engine_config, greedy, warm_up
 from producer.top.snapshot import percentile  # nearest rank: of 12 jobs, p99 is the slowest
-from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
-from worker.engine.sampling_params import SamplingParams
 
 BATCH, INTERACTIVE = 10, -10
 CONFIGS = ("idle", "fifo", "priority", "preempt")
 
 
 def make_engine(args: argparse.Namespace, preempt: bool) -> LLMEngine:
-    return LLMEngine(
-        EngineConfig(
-            model=args.model,
-            device="cpu",
-            num_threads=args.threads,
-            cache=CacheConfig(memory_bytes=args.kv_cache_bytes),
-            scheduler=SchedulerConfig(
-                max_num_seqs=args.max_num_seqs,
-                max_num_batched_tokens=args.max_num_batched_tokens,
-                preempt_for_priority=preempt,
-            ),
-        )
-    )
+    config = engine_config(args, args.model)
+    scheduler = replace(config.scheduler, preempt_for_priority=preempt)
+    return LLMEngine(replace(config, scheduler=scheduler))
 
 
 def prompts(args: argparse.Namespace, vocab: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -75,74 +63,88 @@ def prompts(args: argparse.Namespace, vocab: int) -> tuple[list[list[int]], list
     return batch, chats
 
 
-def run_config(args: argparse.Namespace, name: str) -> dict[str, Any]:
-    engine = make_engine(args, preempt=name == "preempt")
-    warm = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
-    engine.add_prompt("warm-up", params=warm, prompt_token_ids=[5, 6, 7, 8])
-    while engine.has_unfinished():
-        engine.step()
-    batch, chats = prompts(args, engine.model_config.vocab_size)
-    out_batch, out_chat = max(2, int(96 * args.scale)), max(2, int(16 * args.scale))
-    batch_params = SamplingParams(temperature=0.0, max_tokens=out_batch, ignore_eos=True)
-    chat_params = SamplingParams(temperature=0.0, max_tokens=out_chat, ignore_eos=True)
-    chat_priority = 0 if name == "fifo" else INTERACTIVE
-    tokens: dict[str, list[int]] = {}
-    arrived: dict[str, float] = {}
-    first: dict[str, float] = {}
-    computed_before = engine.scheduler.num_prompt_tokens_computed
-    start = time.perf_counter()
-    if name != "idle":
-        for i, ids in enumerate(batch):
-            rid = f"batch-{i}"
-            batch_priority = 0 if name == "fifo" else BATCH
-            engine.add_prompt(
-                rid, params=batch_params, prompt_token_ids=ids, priority=batch_priority
-            )
-            arrived[rid], tokens[rid] = 0.0, []
-    due = [(args.interactive_start_s + i * args.interactive_every_s, i) for i in range(len(chats))]
-    while due or engine.has_unfinished():
-        now = time.perf_counter() - start
-        # Idle baseline: the next job arrives only once the previous one has finished.
-        while due and (due[0][0] <= now or (name == "idle" and not engine.has_unfinished())):
-            _, i = due.pop(0)
-            rid = f"chat-{i}"
-            engine.add_prompt(
-                rid, params=chat_params, prompt_token_ids=chats[i], priority=chat_priority
-            )
-            arrived[rid], tokens[rid] = time.perf_counter() - start, []
-        if not engine.has_unfinished():
-            time.sleep(max(0.0, min(0.01, due[0][0] - now)) if due else 0.0)
-            continue
-        outs = engine.step()
-        t = time.perf_counter() - start
-        for out in outs:
-            tokens[out.request_id].extend(out.new_token_ids)
-            if out.new_token_ids:
-                first.setdefault(out.request_id, t)
-    wall = time.perf_counter() - start
-    ttft = sorted(first[r] - arrived[r] for r in tokens if r.startswith("chat"))
-    num_out = sum(len(t) for t in tokens.values())
-    expected = len(ttft) * out_chat + (0 if name == "idle" else len(batch) * out_batch)
-    assert num_out == expected, f"{name}: a job stopped early ({num_out} != {expected})"
-    unique_prompt = sum(len(p) for p in chats) + (0 if name == "idle" else sum(map(len, batch)))
-    computed = engine.scheduler.num_prompt_tokens_computed - computed_before
-    return {
-        "config": name,
-        "wall_s": wall,
-        "output_tokens": num_out,
-        "output_tok_s": num_out / wall,
-        "ttft_p50_s": statistics.median(ttft),
-        "ttft_p99_s": percentile(ttft, 99),
-        "ttft_max_s": ttft[-1],
-        "preemptions": dict(engine.scheduler.preemptions_by_reason),
-        "prompt_tokens_recomputed": computed - unique_prompt,
-        "tokens": {r: t for r, t in tokens.items() if r.startswith("batch")},
-    }
+class ConfigRun:
+    """One configuration: the backlog at once (but on ``idle``), the interactive jobs open
+    loop, each job's tokens and its arrival and first-token times (s from the start)."""
+
+    def __init__(self, args: argparse.Namespace, name: str) -> None:
+        self.args, self.name = args, name
+        self.engine = make_engine(args, preempt=name == "preempt")
+        warm_up(self.engine, [5, 6, 7, 8], max_tokens=2)
+        self.batch, self.chats = prompts(args, self.engine.model_config.vocab_size)
+        self.out_batch, self.out_chat = max(2, int(96 * args.scale)), max(2, int(16 * args.scale))
+        self.tokens: dict[str, list[int]] = {}
+        self.arrived: dict[str, float] = {}
+        self.first: dict[str, float] = {}
+        self.computed_before = self.engine.scheduler.num_prompt_tokens_computed
+        self.start = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start
+
+    def add(self, rid: str, ids: list[int], max_tokens: int, priority: int, at: float) -> None:
+        params = greedy(max_tokens)
+        self.engine.add_prompt(rid, params=params, prompt_token_ids=ids, priority=priority)
+        self.arrived[rid], self.tokens[rid] = at, []
+
+    def run(self) -> dict[str, Any]:
+        fifo = self.name == "fifo"
+        if self.name != "idle":
+            for i, ids in enumerate(self.batch):
+                self.add(f"batch-{i}", ids, self.out_batch, 0 if fifo else BATCH, 0.0)
+        self.arrive_and_step(0 if fifo else INTERACTIVE)
+        return self.result(self.now())
+
+    def arrive_and_step(self, chat_priority: int) -> None:
+        args, engine = self.args, self.engine
+        due = [
+            (args.interactive_start_s + i * args.interactive_every_s, i)
+            for i in range(len(self.chats))
+        ]
+        while due or engine.has_unfinished():
+            now = self.now()
+            # Idle baseline: the next job arrives only once the previous one has finished.
+            while due and (
+                due[0][0] <= now or (self.name == "idle" and not engine.has_unfinished())
+            ):
+                _, i = due.pop(0)
+                self.add(f"chat-{i}", self.chats[i], self.out_chat, chat_priority, self.now())
+            if not engine.has_unfinished():
+                time.sleep(max(0.0, min(0.01, due[0][0] - now)) if due else 0.0)
+                continue
+            outs = engine.step()
+            t = self.now()
+            for out in outs:
+                self.tokens[out.request_id].extend(out.new_token_ids)
+                if out.new_token_ids:
+                    self.first.setdefault(out.request_id, t)
+
+    def result(self, wall: float) -> dict[str, Any]:
+        name, tokens, scheduler = self.name, self.tokens, self.engine.scheduler
+        ttft = sorted(self.first[r] - self.arrived[r] for r in tokens if r.startswith("chat"))
+        num_out = sum(len(t) for t in tokens.values())
+        backlog = 0 if name == "idle" else len(self.batch)
+        expected = len(ttft) * self.out_chat + backlog * self.out_batch
+        assert num_out == expected, f"{name}: a job stopped early ({num_out} != {expected})"
+        unique_prompt = sum(map(len, self.chats)) + sum(map(len, self.batch[:backlog]))
+        computed = scheduler.num_prompt_tokens_computed - self.computed_before
+        return {
+            "config": name,
+            "wall_s": wall,
+            "output_tokens": num_out,
+            "output_tok_s": num_out / wall,
+            "ttft_p50_s": statistics.median(ttft),
+            "ttft_p99_s": percentile(ttft, 99),
+            "ttft_max_s": ttft[-1],
+            "preemptions": dict(scheduler.preemptions_by_reason),
+            "prompt_tokens_recomputed": computed - unique_prompt,
+            "tokens": {r: t for r, t in tokens.items() if r.startswith("batch")},
+        }
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="HF directory or .gguf; default the bundled SmolLM2-135M")
+    add_engine_arguments(p, max_num_seqs=16, max_num_batched_tokens=512)
     p.add_argument("--batch-jobs", type=int, default=48)
     p.add_argument("--interactive-jobs", type=int, default=12)
     p.add_argument("--interactive-start-s", type=float, default=2.0)
@@ -150,10 +152,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every length")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--configs", default=",".join(CONFIGS))
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    p.add_argument("--kv-cache-bytes", type=int, default=DEFAULT_CPU_KV_BYTES)
-    p.add_argument("--max-num-seqs", type=int, default=16)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     return p.parse_args(argv)
 
@@ -164,19 +162,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs: dict[str, dict[str, Any]] = {}
     for name in args.configs.split(","):
         print(f"{name} ...", flush=True)
-        runs[name] = in_worker_thread(lambda n=name: run_config(args, n))  # type: ignore[misc]
+        runs[name] = in_worker_thread(lambda n=name: ConfigRun(args, n).run())  # type: ignore[misc]
         gc.collect()
     ratios = summarize(runs)
     report = {
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "args": args_record(args),
         "torch": torch.__version__,
         "load_avg": os.getloadavg()[0],
         "runs": {n: {k: v for k, v in r.items() if k != "tokens"} for n, r in runs.items()},
         "ratios": ratios,
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
+    write_report(report, args.out)
     return report
 
 

@@ -2,7 +2,8 @@
 of ``ops/bench/gpu_steps.py``, kept apart so it is checked without an engine.
 
 - ``copy_gbps``: bytes read + written per second by a large device-to-device copy (the ceiling
-  ``ops/bench/kernels.py`` measures too); 1 GiB on CUDA streams from HBM, past the 50 MiB L2.
+  ``ops/bench/kernels.py`` holds its decode kernel against too); 1 GiB on CUDA streams from
+  HBM, past the 50 MiB L2.
 - ``step_bytes``: a decode step's byte floor (weights, K/V read and written).
 - ``profile_idle``: the share of a profiled window in which no device work ran.
 """
@@ -19,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.append(str(Path(__file__).resolve().parent))
 
 import torch
-from engine import non_embedding_params
 
+from ops.bench.engine_workload import non_embedding_params
 from worker.models.config import ModelConfig
 
 WINDOW = "gpu_steps.window"  # the record_function annotation around the profiled steps

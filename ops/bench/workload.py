@@ -31,10 +31,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.append(str(Path(__file__).resolve().parent))
 
-from engine import scaled_range
-
+from ops.bench.engine_workload import scaled_range
 from producer.protocol import parse_priority
 
 DEFAULT_MIX = Path(__file__).with_name("mixes") / "default.json"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "ops" / "bench" / "engine.py"
@@ -56,7 +57,7 @@ def load_script(name: str) -> Any:
 
 
 def test_random_model_runs_and_a_failing_peer_is_recorded(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The GPU lease's path (ops/bench/gpu_check.sh) on the CPU: random weights in a named shape
     # with a real tokenizer, then the engine bench with --keep-going, where one peer fails.
@@ -76,7 +77,9 @@ def test_random_model_runs_and_a_failing_peer_is_recorded(
     def broken(*args: Any) -> Any:
         raise RuntimeError("peer exploded")
 
-    bench.HF_RUNNERS["hf-static"] = broken
+    # HF_RUNNERS lives in ops.bench.hf_peers, shared by every load of engine.py: patch it
+    # for this test only.
+    monkeypatch.setitem(bench.HF_RUNNERS, "hf-static", broken)
     args = ["--model", str(model_dir), "--systems", "ours,hf-static", "--keep-going"]
     args += ["--num-requests", "3", "--scale", "0.05", "--dtype", "float32"]
     args += ["--threads", str(torch.get_num_threads()), "--kv-cache-bytes", str(16 << 20)]
