@@ -36,10 +36,16 @@ def smol_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smol_model_dir: Path) -> Path:
     """A 2-layer random Llama with SmolLM2's tokenizer and chat template: engine tests in ms."""
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smol_model_dir)
+
+
+def write_tiny_llama(out: Path, smol_model_dir: Path, tie: bool = True, seed: int = 0) -> Path:
+    """The tiny model into ``out``. Tied, it mostly echoes its last token (the embedding
+    dominates the last hidden state); untied, with its own N(0, 1) output projection, its greedy
+    tokens vary."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    out = tmp_path_factory.mktemp("tiny-llama")
     config = LlamaConfig(
         vocab_size=TINY_VOCAB,
         hidden_size=32,
@@ -48,14 +54,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smol_model_dir: Pat
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie,
         bos_token_id=1,
         eos_token_id=2,
     )
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     with torch.no_grad():  # larger logits than the default init: fewer near-ties in greedy tests
         model.model.embed_tokens.weight.normal_(0.0, 1.0)
+        if not tie:
+            model.lm_head.weight.normal_(0.0, 1.0)
     model.save_pretrained(out)
     for path in smol_model_dir.iterdir():  # tokenizer files and the chat template
         if path.name != "config.json" and path.suffix != ".safetensors":

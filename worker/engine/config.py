@@ -94,6 +94,10 @@ class EngineConfig:
     # slot -1, context 0). None: exactly when graphs are captured. True on CPU runs that path
     # without capture, which is how the tests check it gives the unpadded path's tokens.
     pad_decode_batches: bool | None = None
+    # One step in flight (worker/engine/overlap.py): step N's text and publishing overlap step
+    # N+1's compute. async: on the calling thread (CUDA launches return at once); thread: the
+    # forward and sampling on a background thread; auto: overlap.DEFAULT_MODES by device.
+    overlap_steps: Literal["auto", "off", "async", "thread"] = "auto"
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
@@ -127,6 +131,12 @@ class EngineConfig:
             action="store_true",
             help="CUDA: run every step eagerly instead of replaying captured CUDA graphs",
         )
+        g.add_argument(
+            "--overlap-steps",
+            default=EngineConfig.overlap_steps,
+            choices=get_args(hints["overlap_steps"]),
+            help="make step N's text while step N+1 computes (auto: per device, overlap.py)",
+        )
         g.add_argument("--block-size", type=int, default=CacheConfig.block_size)
         g.add_argument(
             "--num-blocks", type=int, default=None, help="KV blocks (default: from memory)"
@@ -150,6 +160,7 @@ class EngineConfig:
             linear_backend=args.linear_backend,
             num_threads=args.threads,
             enforce_eager=args.enforce_eager,
+            overlap_steps=args.overlap_steps,
             cache=CacheConfig(
                 block_size=args.block_size,
                 num_blocks=args.num_blocks,

@@ -21,6 +21,7 @@ from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.engine_request import EngineRequest, validate_request
 from worker.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from worker.engine.outputs import Completion, RequestOutput
+from worker.engine.overlap import OverlapLoop, overlap_mode
 from worker.engine.prefix_cache import PrefixCacheStats
 from worker.engine.prompt import InvalidRequestError, PromptTooLongError, encode_prompt
 from worker.engine.request_state import RequestState
@@ -82,6 +83,8 @@ class LLMEngine:
         # Request ids whose sequences lost their blocks in the last step (they resume later).
         self.last_preempted: tuple[str, ...] = ()
         self.last_num_batched_tokens = 0  # tokens the last step computed
+        mode = overlap_mode(config, self.device)
+        self._overlap = OverlapLoop(self, mode) if mode != "off" else None
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -178,6 +181,8 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """Run one iteration; return each request's new tokens, text and finish, if any."""
+        if self._overlap is not None:  # one step in flight between calls
+            return self._overlap.step()
         outputs, self._aborted = self._aborted, []
         decision = self.scheduler.schedule()
         self.last_preempted = tuple(dict.fromkeys(decision.preempted_ids))
@@ -197,10 +202,16 @@ class LLMEngine:
         return outputs + self._fail(failed)
 
     def _append(
-        self, state: RequestState, token: int, logprobs: TokenLogprobs | None, failed: Failures
+        self,
+        state: RequestState,
+        token: int,
+        logprobs: TokenLogprobs | None,
+        failed: Failures,
+        appended: bool = False,  # the sequence holds the token already: stop checks and text
     ) -> list[RequestOutput]:
+        add = state.emit if appended else state.append
         try:
-            out, reason = state.append(token, logprobs, self.eos_token_ids, self.max_model_len)
+            out, reason = add(token, logprobs, self.eos_token_ids, self.max_model_len)
         except Exception as exc:  # e.g. the detokenizer on one request: that request only
             failed[state.seq.seq_id] = describe(exc)
             return []
@@ -258,7 +269,7 @@ class LLMEngine:
                     continue
                 collected[key].append(out)
                 if out.finished:
-                    done[key] = _completion(collected[key])
+                    done[key] = Completion.of(collected[key])
         results = []
         for rid, p in zip(ids, per_prompt, strict=True):
             choices = tuple(done[(rid, i)] for i in range(p.n))
@@ -266,17 +277,3 @@ class LLMEngine:
                 choices[0] if p.n == 1 else dataclasses.replace(choices[0], choices=choices)
             )
         return results
-
-
-def _completion(outs: list[RequestOutput]) -> Completion:
-    last = outs[-1]
-    return Completion(
-        request_id=last.request_id,
-        text="".join(o.text_delta for o in outs),
-        token_ids=tuple(t for o in outs for t in o.new_token_ids),
-        finish_reason=last.finish_reason or "",
-        num_prompt_tokens=last.num_prompt_tokens,
-        logprobs=tuple(lp for o in outs for lp in o.logprobs),
-        index=last.index,
-        num_cached_tokens=last.num_cached_tokens,
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from worker.engine.sampler import TokenLogprobs
@@ -44,3 +45,18 @@ class Completion:
     index: int = 0
     num_cached_tokens: int = 0
     choices: tuple[Completion, ...] = ()
+
+    @classmethod
+    def of(cls, outs: Sequence[RequestOutput]) -> Completion:
+        """One choice's completion: its step outputs joined, the last one's finish."""
+        last = outs[-1]
+        return cls(
+            request_id=last.request_id,
+            text="".join(o.text_delta for o in outs),
+            token_ids=tuple(t for o in outs for t in o.new_token_ids),
+            finish_reason=last.finish_reason or "",
+            num_prompt_tokens=last.num_prompt_tokens,
+            logprobs=tuple(lp for o in outs for lp in o.logprobs),
+            index=last.index,
+            num_cached_tokens=last.num_cached_tokens,
+        )

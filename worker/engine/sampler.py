@@ -88,16 +88,28 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, requests: Sequence[SamplingRequest]) -> SamplerOutput:
         """Sample ``logits`` (N, V) float32, row i under ``requests[i]``; ``logits`` is the same
         on return (min-tokens masking is undone), and logprobs come from it."""
+        ids = self.sample_ids(logits, requests).tolist()
+        return SamplerOutput(token_ids=ids, logprobs=self.logprobs(logits, ids, requests))
+
+    @torch.inference_mode()
+    def sample_ids(self, logits: torch.Tensor, requests: Sequence[SamplingRequest]) -> torch.Tensor:
+        """The sampled ids ``(N,)`` on the logits' device, without waiting for them: the
+        overlapped loop copies them to the host once, while the next step is prepared."""
         if logits.dim() != 2 or logits.shape[0] != len(requests):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(requests)} requests")
         undo = self._mask_min_tokens(logits, requests)
         try:
-            token_ids = self._pick(logits, requests)
+            return self._pick(logits, requests)
         finally:
             if undo is not None:
                 logits.index_put_(undo[0], undo[1])
-        ids = token_ids.tolist()
-        return SamplerOutput(token_ids=ids, logprobs=_logprobs(logits, ids, requests))
+
+    @staticmethod
+    def logprobs(
+        logits: torch.Tensor, token_ids: list[int], requests: Sequence[SamplingRequest]
+    ) -> list[TokenLogprobs | None]:
+        """Each row's `TokenLogprobs` for ``token_ids`` (None where not asked)."""
+        return _logprobs(logits, token_ids, requests)
 
     def _pick(self, logits: torch.Tensor, requests: Sequence[SamplingRequest]) -> torch.Tensor:
         """One token id per row, (N,)."""

@@ -1,0 +1,113 @@
+"""The overlapped engine loop: step N's text is made while step N+1 computes.
+
+The plain `LLMEngine.step` runs schedule, forward, sampling and output processing one after
+another. Here one call resolves step N (waits for its sampled ids, appends them), schedules and
+launches step N+1 (`step_launch`), and only then does N's output processing (detokenizing and
+stop strings) and returns N's outputs, so that the caller's publishing also runs while N+1
+computes. What the schedule of N+1 must know is known before it: every token of N has joined
+its sequence, and a choice that N ended by its token id or its length (`RequestState.
+ends_whatever_text`) is finished first, so it computes nothing more. Only a stop string is found
+after N+1 was launched: that choice computes one token more, which is dropped, never returned.
+
+What the plain loop guarantees holds here too: an abort between two calls drops the token in
+flight for that request (the caller has seen every token before it); a sequence preempted in
+N+1's schedule already holds its token of N; seeded rows draw by (seed, output index), which is
+the same in both loops; failures are contained per sequence (`step_faults`) and reported with
+the step they happened in. Every step overlaps, prefill chunks included.
+
+Not yet: step N+1 is scheduled after N's ids reached the host, so the device idles while the
+host resolves N and schedules and prepares N+1 (vLLM's async scheduling and SGLang's overlap
+scheduler schedule N+1 before, reading N's ids on the device).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from worker.engine.config import EngineConfig
+from worker.engine.outputs import RequestOutput
+from worker.engine.request_state import RequestState
+from worker.engine.sampler import SamplingRequest, TokenLogprobs
+from worker.engine.step_faults import Failures
+from worker.engine.step_launch import InFlight, StepLauncher, StepResult
+
+if TYPE_CHECKING:
+    from worker.engine.llm_engine import LLMEngine
+
+Mode = Literal["off", "async", "thread"]
+# The default by device type. CUDA launches are asynchronous: the host's work on N overlaps the
+# device's on N+1 for free. CPU: see `DEFAULT_CPU_MODE_WHY`.
+DEFAULT_MODES: dict[str, Mode] = {"cuda": "async", "cpu": "off"}
+Deferred = list[tuple[RequestState, int, TokenLogprobs | None]]
+
+
+def overlap_mode(config: EngineConfig, device: torch.device) -> Mode:
+    """The loop ``config.overlap_steps`` asks for on ``device`` (auto: `DEFAULT_MODES`)."""
+    if config.overlap_steps != "auto":
+        return config.overlap_steps
+    return DEFAULT_MODES.get(device.type, "off")
+
+
+class OverlapLoop:
+    """`LLMEngine.step` with one step in flight between calls."""
+
+    def __init__(self, engine: LLMEngine, mode: Mode) -> None:
+        self.engine = engine
+        self.launcher = StepLauncher(engine.runner, engine.sampler, mode)
+        self._pending: InFlight | None = None
+
+    def step(self) -> list[RequestOutput]:
+        """Resolve the step in flight, launch the next, return the resolved one's outputs."""
+        e = self.engine
+        outputs, e._aborted = e._aborted, []
+        deferred: Deferred = []
+        if self._pending is not None:
+            done, self._pending = self._pending.result(), None
+            outputs += self._resolve(done, deferred)
+        decision = e.scheduler.schedule()
+        e.last_preempted = tuple(dict.fromkeys(decision.preempted_ids))
+        e.last_num_batched_tokens = decision.num_batched_tokens
+        if not decision.is_empty:
+            requests = {
+                item.seq_id: _request_of(e._states[item.seq_id])
+                for item in decision.scheduled
+                if item.samples
+            }
+            self._pending = self.launcher.launch(decision, requests)
+            e.scheduler.update(decision)
+        failed: Failures = {}
+        for state, token, lps in deferred:
+            if state.seq.seq_id in e._states and not state.seq.is_finished:
+                outputs += e._append(state, token, lps, failed, appended=True)
+        return outputs + e._fail(failed)
+
+    def _resolve(self, done: StepResult, deferred: Deferred) -> list[RequestOutput]:
+        """Append each live sequence's token; emit now the ones that end it whatever its text,
+        defer the rest's text. Failed requests end here, before the next schedule."""
+        e = self.engine
+        outputs: list[RequestOutput] = []
+        failed = dict(done.failed)
+        rows = zip(done.seq_ids, done.token_ids, done.logprobs, strict=True)
+        for seq_id, token, lps in rows:
+            state = e._states.get(seq_id)
+            if state is None or seq_id in failed:
+                continue  # aborted, finished or failed since launch: its token is dropped
+            state.seq.append_token(token)
+            if state.ends_whatever_text(e.eos_token_ids, e.max_model_len):
+                outputs += e._append(state, token, lps, failed, appended=True)
+            else:
+                deferred.append((state, token, lps))
+        return outputs + e._fail(failed)
+
+    def close(self) -> None:
+        """Wait for the step in flight (its result is dropped) and stop the launcher."""
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        self.launcher.close()
+
+
+def _request_of(state: RequestState) -> SamplingRequest:
+    return SamplingRequest(state.seq.params, state.seq.num_output_tokens)

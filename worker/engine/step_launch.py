@@ -1,0 +1,126 @@
+"""Starting a step's forward pass and sampling without waiting for them, and waiting later.
+
+`overlap.OverlapLoop` launches step N+1 and then streams step N's text while N+1 computes. A
+launch returns an `InFlight` at once; ``result()`` blocks until the step's sampled ids are on
+the host. Two ways to launch:
+
+- ``async``: on the calling thread. On CUDA the kernels are queued and the host goes on; the
+  step ends with one device-to-host copy of the sampled ids (non-blocking, into pinned memory)
+  and an event. On the CPU every op runs as it is called, so this only reorders the loop (the
+  tests drive the overlapped loop's logic that way).
+- ``thread``: forward and sampling on one background thread; torch releases the GIL inside
+  ops, so the caller's Python (detokenizing, publishing) may run meanwhile on another core.
+
+Failures stay contained as in the plain loop (`step_faults`): a runner or sampler failure is
+retried per sequence or per row, and the sequences that still fail come back in ``failed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+
+from worker.engine.model_runner import ModelRunner, RunnerOutput
+from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs
+from worker.engine.scheduler_output import SchedulerOutput
+from worker.engine.step_faults import Failures, run_contained, sample_contained
+
+
+@dataclass
+class StepResult:
+    """A finished step on the host: per sampling row its sequence, token and logprobs."""
+
+    seq_ids: tuple[int, ...]
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs | None]
+    failed: Failures = field(default_factory=dict)  # sequence id -> what went wrong
+
+
+class InFlight:
+    """A launched step; `result` waits for its sampled ids (once)."""
+
+    def __init__(
+        self,
+        seq_ids: tuple[int, ...],
+        ids: torch.Tensor | Future[StepResult] | StepResult,
+        logits: torch.Tensor | None = None,
+        requests: list[SamplingRequest] | None = None,
+        failed: Failures | None = None,
+    ) -> None:
+        self._seq_ids = seq_ids
+        self._ids = ids
+        self._logits = logits  # kept alive until the logprobs are read from them
+        self._requests = requests or []
+        self._failed = failed or {}
+        self._ready: torch.cuda.Event | None = None
+        if isinstance(ids, torch.Tensor) and ids.device.type == "cuda":
+            self._ids = ids.to("cpu", non_blocking=True)  # pinned: the step's one copy back
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+
+    def result(self) -> StepResult:
+        ids = self._ids
+        if isinstance(ids, StepResult):
+            return ids
+        if isinstance(ids, Future):
+            return ids.result()
+        if self._ready is not None:
+            self._ready.synchronize()
+        token_ids = ids.tolist()
+        logprobs: list[TokenLogprobs | None] = [None] * len(token_ids)
+        if self._logits is not None and any(r.params.logprobs is not None for r in self._requests):
+            # Read here, before the next step is launched: a read after it would wait for it.
+            logprobs = Sampler.logprobs(self._logits, token_ids, self._requests)
+        return StepResult(self._seq_ids, token_ids, logprobs, self._failed)
+
+
+class StepLauncher:
+    """Launches steps of ``runner`` and ``sampler``, ``async`` or on a ``thread``."""
+
+    def __init__(self, runner: ModelRunner, sampler: Sampler, mode: str) -> None:
+        if mode not in ("async", "thread"):
+            raise ValueError(f"no launch mode {mode!r}")
+        self.runner = runner
+        self.sampler = sampler
+        self._pool = ThreadPoolExecutor(1, "paternoster-step") if mode == "thread" else None
+
+    def launch(
+        self, decision: SchedulerOutput, requests: Mapping[int, SamplingRequest]
+    ) -> InFlight:
+        """Start ``decision``; ``requests``: the sampling request of each sequence that samples
+        in it, taken before the launch (the caller changes its states meanwhile)."""
+        if self._pool is not None:
+            return InFlight((), self._pool.submit(self._compute, decision, requests))
+        result, failed = run_contained(self.runner, decision)
+        rows = [requests[sid] for sid in result.seq_ids]
+        if rows:
+            try:
+                ids = self.sampler.sample_ids(result.logits, rows)
+                return InFlight(result.seq_ids, ids, result.logits, rows, failed)
+            except Exception:
+                pass  # sampled again below, row by row where needed, as the plain loop does
+        return InFlight(result.seq_ids, self._sample(result, failed, rows))
+
+    def _compute(
+        self, decision: SchedulerOutput, requests: Mapping[int, SamplingRequest]
+    ) -> StepResult:
+        """The whole step, as the plain loop runs it (on the background thread)."""
+        result, failed = run_contained(self.runner, decision)
+        return self._sample(result, failed, [requests[sid] for sid in result.seq_ids])
+
+    def _sample(
+        self, result: RunnerOutput, failed: Failures, rows: list[SamplingRequest]
+    ) -> StepResult:
+        """Sampled on the host now, failures contained (`sample_contained`)."""
+        if not rows:
+            return StepResult(result.seq_ids, [], [], failed)
+        sampled, bad_rows = sample_contained(self.sampler, result.logits, rows)
+        failed |= {result.seq_ids[row]: why for row, why in bad_rows.items()}
+        return StepResult(result.seq_ids, sampled.token_ids, sampled.logprobs, failed)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
