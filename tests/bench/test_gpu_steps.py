@@ -139,7 +139,7 @@ def test_gpu_steps_on_the_cpu(cpu_reports: Path) -> None:
 
 def test_nano_vllm_workload(cpu_reports: Path) -> None:
     bench = load_script("engine")
-    workload = bench.make_workload(256, 0, 1.0, range(100, 900), bench.NANO_VLLM)
+    workload = bench.make_workload(256, 0, 1.0, range(100, 900), bench.WORKLOADS["nano-vllm"])
     prompt_lens = [len(r.prompt_ids) for r in workload]
     output_lens = [r.output_len for r in workload]
     assert len(workload) == 256 and {r.kind for r in workload} == {"nano-vllm"}
