@@ -64,10 +64,9 @@ def reference_prepare(
     return ids, pos, meta, logits_rows
 
 
-def make_runner(pad: bool, max_position: int = 64, seqs: int = 3, budget: int = 8) -> ModelRunner:
-    """A one-layer model; max_position, seqs and budget below what the schedules use, so every
-    buffer and the block-table width have to grow."""
-    mc = ModelConfig(
+def tiny_config(max_position: int = 64, tie: bool = True) -> ModelConfig:
+    """A one-layer model of hidden size 8 and 97 tokens."""
+    return ModelConfig(
         model_type="llama",
         vocab_size=97,
         hidden_size=8,
@@ -78,7 +77,7 @@ def make_runner(pad: bool, max_position: int = 64, seqs: int = 3, budget: int = 
         head_size=4,
         rms_norm_eps=1e-5,
         max_position=max_position,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie,
         qkv_bias=False,
         o_bias=False,
         mlp_bias=False,
@@ -87,6 +86,12 @@ def make_runner(pad: bool, max_position: int = 64, seqs: int = 3, budget: int = 
         eos_token_ids=(2,),
         bos_token_id=1,
     )
+
+
+def make_runner(pad: bool, max_position: int = 64, seqs: int = 3, budget: int = 8) -> ModelRunner:
+    """A one-layer model; max_position, seqs and budget below what the schedules use, so every
+    buffer and the block-table width have to grow."""
+    mc = tiny_config(max_position)
     config = EngineConfig(
         attention_backend="torch",
         pad_decode_batches=pad,

@@ -72,6 +72,12 @@ class BlockManager:
         needed = self.blocks_for(seq.num_computed_tokens + num_new_tokens)
         return max(0, needed - len(seq.block_ids))
 
+    def has_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Whether ``seq``'s blocks already hold ``num_new_tokens`` more tokens: then
+        `allocate` has nothing to do and `can_allocate` is true."""
+        held = len(seq.block_ids) * self.block_size
+        return held > 0 and seq.num_computed_tokens + num_new_tokens <= held
+
     def lookup(self, seq: Sequence) -> PrefixHit:
         """Cached blocks a sequence without blocks could start from; `NO_HIT` if caching is off.
         Valid until the pool next changes: pass it straight to `can_allocate` and `allocate`."""
@@ -102,8 +108,9 @@ class BlockManager:
 
     def cache_full_blocks(self, seq: Sequence, num_computed_before: int) -> None:
         """After a step: name the blocks ``seq`` filled with computed tokens in it."""
-        if self.prefix_cache is not None:
-            self.prefix_cache.register(seq, num_computed_before // self.block_size)
+        cache, first = self.prefix_cache, num_computed_before // self.block_size
+        if cache is not None and seq.num_computed_tokens // self.block_size > first:
+            cache.register(seq, first)
 
     def free(self, seq: Sequence) -> None:
         """Return all of ``seq``'s blocks (finish, abort or preemption); shared ones stay."""

@@ -19,6 +19,7 @@ from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig
 from worker.engine.cuda_graphs import DecodeGraphs, graph_batch_sizes, size_for
 from worker.engine.device_inputs import DeviceInputs, StepInputs
 from worker.engine.input_batch import InputBatch
+from worker.engine.logits_buffer import LogitsBuffer
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.engine.step_layout import FieldViews, HostStep
 from worker.models.config import ModelConfig
@@ -93,6 +94,7 @@ class ModelRunner:
         limit = config.scheduler.max_model_len or mc.max_position
         self.max_model_len = min(limit, mc.max_position, self.num_blocks * self.block_size)
         self._setup_inputs(config)
+        self.compute_logits = LogitsBuffer(model)  # the model's, into a kept buffer if large
 
     def _setup_inputs(self, config: EngineConfig) -> None:
         """The persistent batch, and where graphs or padding apply, static buffers and graphs."""
@@ -203,5 +205,5 @@ class ModelRunner:
             empty = hidden.new_empty((0, self.model.config.vocab_size)).float()
             return RunnerOutput(request_ids, empty, seq_ids)
         return RunnerOutput(
-            request_ids, self.model.compute_logits(hidden[step.logits_rows]), seq_ids
+            request_ids, self.compute_logits(hidden[step.logits_rows]), seq_ids
         )

@@ -28,6 +28,7 @@ from worker.engine.preemption import victims_for
 from worker.engine.prefix_cache import PrefixHit
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
+from worker.engine.step_plan import StepPlan
 from worker.engine.wait_queue import WaitQueue
 from worker.engine.wait_reasons import Blocked, WaitInfo, WaitReason, explain
 
@@ -113,49 +114,42 @@ class Scheduler:
     # -- the step --------------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        planned: dict[Sequence, int] = {}
+        plan = StepPlan(self.config.max_num_batched_tokens)
         preempted: list[Sequence] = []
+        bm = self.block_manager
         # Decodes first: they cost one token each and set every user's time per output token.
         decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
         chunks = [s for s in self.running if s.num_uncomputed_tokens > 1]
         for seq in decodes + chunks:
-            # Recomputed each time: a preemption below can hand back a victim's planned tokens.
-            budget = self._budget(planned)
-            if seq.status is not SequenceStatus.RUNNING or budget == 0:
+            # Read each time: a preemption below can hand back a victim's planned tokens.
+            left = plan.tokens_left
+            if seq.status is not SequenceStatus.RUNNING or left == 0:
                 continue
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            if self._make_room(seq, num_new, planned, preempted):
-                self.block_manager.allocate(seq, num_new)
-                planned[seq] = num_new
+            num_new = min(seq.num_uncomputed_tokens, left)
+            # Most decodes write into their last block: 15 of 16 steps with 16-token blocks.
+            if bm.has_slots(seq, num_new):
+                plan.add(seq, num_new)
+            elif self._make_room(seq, num_new, plan, preempted):
+                bm.allocate(seq, num_new)
+                plan.add(seq, num_new)
         self._blocked = None
         if not preempted:
-            self._admit(planned, preempted)
-        return self._output(planned, preempted)
-
-    def _budget(self, planned: dict[Sequence, int]) -> int:
-        return self.config.max_num_batched_tokens - sum(planned.values())
+            self._admit(plan, preempted)
+        return SchedulerOutput.build(plan.tokens.items(), preempted)
 
     def _make_room(
-        self,
-        seq: Sequence,
-        num_new: int,
-        planned: dict[Sequence, int],
-        preempted: list[Sequence],
+        self, seq: Sequence, num_new: int, plan: StepPlan, preempted: list[Sequence]
     ) -> bool:
         """Preempt victims until ``seq`` fits; False if ``seq`` itself went."""
         while not self.block_manager.can_allocate(seq, num_new):
             victim = pick_victim(self.running)
-            self._preempt(victim, "kv_cache_full", planned, preempted)
+            self._preempt(victim, "kv_cache_full", plan, preempted)
             if victim is seq:
                 return False
         return True
 
     def _preempt(
-        self,
-        seq: Sequence,
-        reason: str,
-        planned: dict[Sequence, int],
-        preempted: list[Sequence],
+        self, seq: Sequence, reason: str, plan: StepPlan, preempted: list[Sequence]
     ) -> None:
         self.running.remove(seq)
         self.block_manager.free(seq)
@@ -166,13 +160,13 @@ class Scheduler:
             seq.num_priority_preemptions += 1
         self.num_preemptions += 1
         self.preemptions_by_reason[reason] += 1
-        planned.pop(seq, None)  # undo its share of this step if it had one
+        plan.drop(seq)  # undo its share of this step if it had one
         preempted.append(seq)
         self.waiting.add(seq)  # under its original arrival: it keeps its place
 
-    def _admit(self, planned: dict[Sequence, int], preempted: list[Sequence]) -> None:
+    def _admit(self, plan: StepPlan, preempted: list[Sequence]) -> None:
         capped = self._capped_tenants()
-        while (budget := self._budget(planned)) > 0:
+        while (budget := plan.tokens_left) > 0:
             seq = self.waiting.head(capped)
             if seq is None or seq in preempted:  # never restart a victim in the step it lost
                 return
@@ -188,17 +182,15 @@ class Scheduler:
                     self._blocked = Blocked(seq, blocker)
                     return
                 for v in victims:
-                    self._preempt(v, "priority", planned, preempted)
+                    self._preempt(v, "priority", plan, preempted)
                 continue  # budget and prefix hit may have changed: look again
-            self._start(seq, num_new, hit, planned)
+            self._start(seq, num_new, hit, plan)
             capped = self._capped_tenants()
         head = self.waiting.head(capped)
         if head is not None:
             self._blocked = Blocked(head, WaitReason.STEP_BUDGET)
 
-    def _start(
-        self, seq: Sequence, num_new: int, hit: PrefixHit, planned: dict[Sequence, int]
-    ) -> None:
+    def _start(self, seq: Sequence, num_new: int, hit: PrefixHit, plan: StepPlan) -> None:
         self.waiting.remove(seq)
         self.block_manager.allocate(seq, num_new, hit)
         if seq.num_preemptions == 0:
@@ -212,7 +204,7 @@ class Scheduler:
         seq.status = SequenceStatus.RUNNING
         seq.start_index = next(self._starts)
         self.running.append(seq)
-        planned[seq] = num_new
+        plan.add(seq, num_new)
 
     def _blocker(self, seq: Sequence, num_new: int, hit: PrefixHit) -> WaitReason | None:
         if len(self.running) >= self.config.max_num_seqs:
@@ -228,27 +220,24 @@ class Scheduler:
         counts = Counter(s.tenant for s in self.running)
         return {t for t, n in counts.items() if n >= cap}
 
-    def _output(self, planned: dict[Sequence, int], preempted: list[Sequence]) -> SchedulerOutput:
-        return SchedulerOutput.build(planned.items(), preempted)
-
     def update(self, output: SchedulerOutput) -> None:
         """After the runner ran ``output``: its scheduled tokens are now computed (and the blocks
         they filled are cached). Works from ``output`` alone: a sequence that finished or was
         aborted since it was scheduled is skipped."""
         running = {s.seq_id: s for s in self.running}
+        cache_full_blocks, charge = self.block_manager.cache_full_blocks, self.fair_share.charge
         for item in output.scheduled:
             seq = running.get(item.seq_id)
             if seq is None:
                 continue
-            if seq.num_computed_tokens != item.num_computed_tokens:
-                raise ValueError(f"stale step for sequence {item.seq_id}: applied twice?")
             before = seq.num_computed_tokens
-            seq.num_computed_tokens += item.num_scheduled_tokens
-            self.num_prompt_tokens_computed += max(
-                0, min(seq.num_prompt_tokens, seq.num_computed_tokens) - before
-            )
-            self.block_manager.cache_full_blocks(seq, before)
-            if seq.num_computed_tokens == seq.num_tokens:  # it samples a token this step
-                self.fair_share.charge(seq.tenant, output_tokens=1)
-            if seq.num_computed_tokens >= seq.num_prompt_tokens:
+            if before != item.num_computed_tokens:
+                raise ValueError(f"stale step for sequence {item.seq_id}: applied twice?")
+            seq.num_computed_tokens = after = before + len(item.token_ids)
+            if before < seq.num_prompt_tokens:
+                self.num_prompt_tokens_computed += min(seq.num_prompt_tokens, after) - before
+            cache_full_blocks(seq, before)
+            if after == len(seq.token_ids):  # it samples a token this step
+                charge(seq.tenant, output_tokens=1)
+            if self._forks and after >= seq.num_prompt_tokens:
                 self._release_forks(seq)
