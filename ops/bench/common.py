@@ -76,21 +76,30 @@ def environment(threads: int, device: str = "cpu") -> dict[str, Any]:
     }
 
 
+def median_seconds(
+    fn: Callable[[], object], reps: int, sync: Callable[[], object] = lambda: None
+) -> float:
+    """Median wall time of ``reps`` calls of ``fn`` after one untimed warm-up call; ``sync``
+    waits for the device after each (CUDA work is asynchronous: without it the clock stops
+    at the launch)."""
+    fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def matmul_gflops(
     n: int = MATMUL_N, reps: int = 5, dtype: torch.dtype = torch.float32, device: str = "cpu"
 ) -> float:
     """``n^3`` matmul, median of ``reps`` after one warm-up: the device's practical ceiling."""
     a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    torch.matmul(a, b)
-    sync()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        sync()
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times) / 1e9
+    return 2 * n**3 / median_seconds(lambda: torch.matmul(a, b), reps, sync) / 1e9
 
 
 def args_record(args: argparse.Namespace, skip: Iterable[str] = ()) -> dict[str, Any]:

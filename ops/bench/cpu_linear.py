@@ -16,9 +16,7 @@ not build.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ import torch
 from torch import nn
 
 from kernels import cpu_ops
-from ops.bench.common import write_report
+from ops.bench.common import median_seconds, write_report
 from worker.models.cpu_linear import PackedLinear, onednn_supports
 
 LAYER_SHAPES = [(576, 960), (576, 576), (576, 3072), (1536, 576)]  # (in, out) per layer
@@ -51,13 +49,7 @@ def step_seconds(layers: Sequence[Any], inputs: dict[int, torch.Tensor], repeats
         for layer in layers:
             layer(inputs[layer.in_features])
 
-    one_round()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        one_round()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    return median_seconds(one_round, repeats)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -6,13 +6,13 @@ host's launch time, and torch SDPA on K/V gathered from the paged cache as the b
 from __future__ import annotations
 
 import functools
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from ops.bench.common import median_seconds
 
 
 def median_ms(fn: Callable[[], Any], cuda: bool, cpu_reps: int = 1) -> float:
@@ -24,13 +24,7 @@ def median_ms(fn: Callable[[], Any], cuda: bool, cpu_reps: int = 1) -> float:
         from triton.testing import do_bench
 
         return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    fn()
-    times = []
-    for _ in range(cpu_reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return median_seconds(fn, cpu_reps) * 1e3
 
 
 def graph_ms(fn: Callable[[], Any]) -> float:

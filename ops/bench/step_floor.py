@@ -11,7 +11,6 @@ of ``ops/bench/gpu_steps.py``, kept apart so it is checked without an engine.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 
+from ops.bench.common import median_seconds
 from ops.bench.engine_workload import non_embedding_params
 from worker.models.config import ModelConfig
 
@@ -41,15 +41,8 @@ def copy_gbps(device: str, nbytes: int, reps: int = 5) -> float:
     """Bytes read + written per second by ``dst.copy_(src)``, median of ``reps`` after one."""
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    times = []
-    for i in range(reps + 1):
-        synchronize(device)
-        start = time.perf_counter()
-        dst.copy_(src)
-        synchronize(device)
-        if i:
-            times.append(time.perf_counter() - start)
-    return 2 * nbytes / statistics.median(times) / 1e9
+    seconds = median_seconds(lambda: dst.copy_(src), reps, lambda: synchronize(device))
+    return 2 * nbytes / seconds / 1e9
 
 
 def step_bytes(mc: ModelConfig, itemsize: int, batch: int, context: float) -> dict[str, float]:
