@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import cpu_ops, reference
+from ops.bench.common import median_seconds, write_report
 from worker.attention import AttentionMetadata
 from worker.attention.cpu_backend import CpuAttentionBackend
 from worker.attention.torch_backend import TorchAttentionBackend
@@ -44,14 +42,11 @@ Q_HEADS, KV_HEADS, HEAD, HIDDEN, MLP, BLOCK = 9, 3, 64, 576, 1536, 16
 
 
 def median_us(fn: Callable[[], object], repeats: int, calls: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    def batch() -> None:  # ``calls`` back to back: one call is too short for the clock
         for _ in range(calls):
             fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+
+    return median_seconds(batch, repeats) / calls * 1e6
 
 
 def pair(
@@ -184,9 +179,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     f"{name:16s} {tokens:4d} rows: ours {r['ours_us']:8.1f} us, torch"
                     f" {r['torch_us']:8.1f} us, torch / ours {r['speedup']:.2f}"
                 )
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
+    write_report(report, args.out)
     return report
 
 
