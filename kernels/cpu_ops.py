@@ -9,15 +9,24 @@ builder, which caches the result under ``TORCH_EXTENSIONS_DIR`` (default
 ``~/.cache/torch_extensions``) keyed by source and flags: about 40 s on a 2-core machine the first
 time, a fraction of a second after. Building needs a C++ compiler and ``ninja``; where either is
 missing, `load` returns None with the reason, and callers keep the pure-torch path.
+
+torch's builder guards a build directory with a ``lock`` file it creates and deletes; a process
+killed mid-build leaves it behind, and every later load of that build waited for it forever. So
+processes build one at a time under an advisory lock of ours (``flock``), which the kernel drops
+when its holder dies: whoever holds it knows that a ``lock`` file left in the directory has no
+live owner and removes it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import shutil
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -38,6 +47,11 @@ HEADERS = [_HERE / "cpu_ops.h"]
 # -ffast-math, which would also loosen exp() and the softmax's inf handling.
 CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
+# Part of the build's name: builders of the same sources that do not take `_build_lock` (this
+# file before it did) use another directory, so a `lock` file found under ours is always stale.
+BUILD_PROTOCOL = "flock-1"
+TORCH_LOCK = "lock"  # the file torch.utils.cpp_extension's FileBaton holds during a build
+OUR_LOCK = "paternoster.flock"
 
 _lock = threading.Lock()
 _state: dict[str, ModuleType | str] = {}
@@ -65,7 +79,7 @@ def unavailable_reason() -> str | None:
 def module_name() -> str:
     """The extension's name, with a digest of its sources and header: torch's cache notices a
     changed source but not a changed header, and a name per content never loads a stale build."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(BUILD_PROTOCOL.encode())
     for path in (*SOURCES, *HEADERS):
         digest.update(path.read_bytes())
     return f"paternoster_cpu_ops_{digest.hexdigest()[:12]}"
@@ -79,23 +93,44 @@ def _build() -> ModuleType:
     if not cpp_extension.is_ninja_available():
         raise RuntimeError("ninja is not installed (pip install ninja)")
     name = module_name()
-    # torch caches builds in <extensions dir>/<name>/ (a private helper names it; the message is
-    # skipped if a torch ever drops it). A build is 45 s of silence on 2 cores: say so, once.
+    # torch caches builds in <extensions dir>/<name>/ (a private helper names it, and creates
+    # it). Without the helper (a future torch) there is no stale-lock check and no message.
     where = getattr(cpp_extension, "_get_build_directory", None)
-    built = Path(where(name, verbose=False)) / f"{name}.so" if where else None
-    if built is not None and not built.exists():
-        print(
-            "Compiling the C++ CPU kernels for this machine, once (about 45 s; cached in "
-            f"{built.parent.parent})...",
-            file=sys.stderr,
-            flush=True,
+    build_dir = Path(where(name, verbose=False)) if where else None
+    with _build_lock(build_dir):
+        if build_dir is not None and not (build_dir / f"{name}.so").exists():
+            # A build is 45 s of silence on 2 cores: say so, once.
+            print(
+                "Compiling the C++ CPU kernels for this machine, once (about 45 s; cached in "
+                f"{build_dir.parent})...",
+                file=sys.stderr,
+                flush=True,
+            )
+        module = cpp_extension.load(
+            name=name,
+            sources=[str(source) for source in SOURCES],
+            extra_cflags=CFLAGS,
+            extra_ldflags=LDFLAGS,
+            verbose=False,
         )
-    module = cpp_extension.load(
-        name=name,
-        sources=[str(source) for source in SOURCES],
-        extra_cflags=CFLAGS,
-        extra_ldflags=LDFLAGS,
-        verbose=False,
-    )
     assert isinstance(module, ModuleType)
     return module
+
+
+@contextmanager
+def _build_lock(build_dir: Path | None) -> Iterator[None]:
+    """Hold our lock on ``build_dir`` (waiting while another process builds there) and remove
+    torch's ``lock`` file if one is left: with ours held, its owner died mid-build."""
+    if build_dir is None:
+        yield
+        return
+    with open(build_dir / OUR_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released on close, or by the kernel at exit
+        try:
+            stale = build_dir / TORCH_LOCK
+            if stale.exists():
+                log.warning("removing %s left by a build that did not finish", stale)
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from kernels import cpu_ops, reference
 from ops.bench.common import median_seconds, write_report
-from worker.attention import AttentionMetadata
+from worker.attention import AttentionMetadata, KVCache
 from worker.attention.cpu_backend import CpuAttentionBackend
 from worker.attention.torch_backend import TorchAttentionBackend
 from worker.models.layers import rotate
@@ -85,7 +85,7 @@ def decode_attention(ops: Any, tokens: int, context: int, args: Any) -> dict[str
     def run(backend: Any, out: torch.Tensor) -> Callable[[], None]:
         def step() -> None:
             for kv, meta_l in steps:
-                backend.decode(q, kv.k_cache, kv.v_cache, meta_l, HEAD**-0.5, out)
+                backend.decode(q, KVCache(kv.k_cache, kv.v_cache), meta_l, HEAD**-0.5, out)
 
         return step
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from worker.attention import AttentionMetadata, get_attention_backend
+from worker.attention import AttentionMetadata, KVCache, get_attention_backend
 from worker.attention.backend import BackendName
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.cuda_graphs import DecodeGraphs, Forward, graph_batch_sizes, size_for
@@ -210,8 +210,8 @@ def test_backends_write_nowhere_and_read_nothing_for_padding_rows(backend: Backe
         )
 
     k_plain, v_plain = k_cache.clone(), v_cache.clone()
-    want = attn.forward(q[:3], key[:3], value[:3], k_plain, v_plain, meta(3, 0), 0.3)
-    got = attn.forward(q, key, value, k_cache, v_cache, meta(5, 2), 0.3)
+    want = attn.forward(q[:3], key[:3], value[:3], KVCache(k_plain, v_plain), meta(3, 0), 0.3)
+    got = attn.forward(q, key, value, KVCache(k_cache, v_cache), meta(5, 2), 0.3)
     assert torch.equal(k_cache, k_plain) and torch.equal(v_cache, v_plain)
     torch.testing.assert_close(got[:3], want)
     assert not got[3:].any()

@@ -15,7 +15,7 @@ from paged_cases import make_paged_kv
 
 from kernels import cpu_ops, reference
 from tests.models.test_architectures import save_tiny
-from worker.attention import AttentionMetadata
+from worker.attention import AttentionMetadata, KVCache
 from worker.attention.backend import get_attention_backend
 from worker.models.cpu_kernels import use_cpu_kernels
 from worker.models.layers import RMSNorm, SwiGLU, rotate
@@ -149,7 +149,7 @@ def test_fused_model_matches_torch_model(ops, tmp_path: Path) -> None:  # type: 
     hidden: dict[str, list[torch.Tensor]] = {"plain": [], "fused": []}
     for name, model, backend_name in [("plain", plain, "torch"), ("fused", fused, "cpu")]:
         backend = get_attention_backend(backend_name, torch.device("cpu"))  # type: ignore[arg-type]
-        caches = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(mc.num_layers)]
+        caches = [KVCache(torch.zeros(shape), torch.zeros(shape)) for _ in range(mc.num_layers)]
         for positions, num_decodes in steps:
             n, end = positions.numel(), int(positions[-1]) + 1
             meta = AttentionMetadata(

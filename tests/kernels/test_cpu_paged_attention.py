@@ -11,7 +11,7 @@ import torch
 from paged_cases import TOLERANCE, make_paged_kv, rel_err
 
 from kernels import cpu_ops, reference
-from worker.attention import AttentionMetadata
+from worker.attention import AttentionMetadata, KVCache
 from worker.attention.backend import get_attention_backend
 from worker.attention.cpu_backend import CpuAttentionBackend
 
@@ -80,6 +80,6 @@ def test_backend_decodes_and_prefills_like_torch(ops) -> None:  # type: ignore[n
     backend = get_attention_backend("auto", torch.device("cpu"))
     assert isinstance(backend, CpuAttentionBackend)
     torch_backend = get_attention_backend("torch", torch.device("cpu"))
-    ours = backend.attend(q, kv.k_cache, kv.v_cache, meta, 0.125)
-    expected = torch_backend.attend(q, kv.k_cache, kv.v_cache, meta, 0.125)
+    ours = backend.attend(q, KVCache(kv.k_cache, kv.v_cache), meta, 0.125)
+    expected = torch_backend.attend(q, KVCache(kv.k_cache, kv.v_cache), meta, 0.125)
     assert rel_err(ours, expected) < TOLERANCE[torch.float32]

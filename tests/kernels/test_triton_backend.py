@@ -15,7 +15,7 @@ from paged_cases import (
 )
 
 from worker.attention.backend import get_attention_backend
-from worker.attention.metadata import AttentionMetadata
+from worker.attention.metadata import AttentionMetadata, KVCache
 from worker.attention.torch_backend import TorchAttentionBackend
 from worker.attention.triton_backend import TritonAttentionBackend
 
@@ -55,8 +55,9 @@ def run_step(batch: list[tuple[int, int]], num_decodes: int, dtype: torch.dtype)
         for heads in (num_kv_heads * group, num_kv_heads, num_kv_heads)
     )
     k_ref, v_ref = kv.k_cache.clone(), kv.v_cache.clone()
-    ref = TorchAttentionBackend().forward(q, key, value, k_ref, v_ref, meta, 0.125)
-    out = TritonAttentionBackend().forward(q, key, value, kv.k_cache, kv.v_cache, meta, 0.125)
+    ref = TorchAttentionBackend().forward(q, key, value, KVCache(k_ref, v_ref), meta, 0.125)
+    cache = KVCache(kv.k_cache, kv.v_cache)
+    out = TritonAttentionBackend().forward(q, key, value, cache, meta, 0.125)
     torch.testing.assert_close(kv.k_cache, k_ref, rtol=0, atol=0)
     torch.testing.assert_close(kv.v_cache, v_ref, rtol=0, atol=0)
     err = rel_err(out, ref)

@@ -1,6 +1,12 @@
-"""Attention backends over the paged KV cache: one interface; torch and Triton kinds."""
+"""Attention backends over the paged KV cache: one interface; torch, C++ and Triton kinds."""
 
-from worker.attention.backend import AttentionBackend, get_attention_backend
-from worker.attention.metadata import AttentionMetadata
+from worker.attention.backend import AttentionBackend, KernelCounts, get_attention_backend
+from worker.attention.metadata import AttentionMetadata, KVCache
 
-__all__ = ["AttentionBackend", "AttentionMetadata", "get_attention_backend"]
+__all__ = [
+    "AttentionBackend",
+    "AttentionMetadata",
+    "KVCache",
+    "KernelCounts",
+    "get_attention_backend",
+]

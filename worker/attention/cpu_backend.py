@@ -5,9 +5,13 @@ from __future__ import annotations
 from types import ModuleType
 
 import torch
+from torch import nn
 
-from worker.attention.metadata import AttentionMetadata
+from worker.attention.backend import KernelCounts
+from worker.attention.metadata import AttentionMetadata, KVCache
 from worker.attention.torch_backend import TorchAttentionBackend
+from worker.models.cpu_kernels import use_cpu_kernels
+from worker.models.cpu_linear import LinearBackend, pack_linears
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
@@ -23,51 +27,42 @@ class CpuAttentionBackend(TorchAttentionBackend):
 
     def __init__(self, ops: ModuleType) -> None:
         super().__init__()
-        self.ops = ops  # also the model's fused layer kernels (`use_cpu_kernels`)
+        self.ops = ops  # also the model's fused layer kernels (`install_kernels`)
+
+    def install_kernels(self, model: nn.Module, linear_backend: LinearBackend) -> KernelCounts:
+        """The C++ layer kernels come from the same build as the attention kernels: few-row
+        projections through `skinny_linear`, norms, SiLU and rotary fused."""
+        packed = pack_linears(model, linear_backend, skinny_ops=self.ops)
+        return KernelCounts(packed, use_cpu_kernels(model, self.ops))
 
     def write_kv(
-        self,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
+        self, key: torch.Tensor, value: torch.Tensor, kv: KVCache, meta: AttentionMetadata
     ) -> None:
         # Row copies to each slot: the torch path's two advanced-index assignments (and its
         # block and offset divisions) cost ~0.1 ms a layer at decode sizes.
-        if k_cache.dtype == torch.float32 and _float_rows(key, value):
-            slots = meta.slot_mapping
-            if meta.num_padding:  # the kernel refuses slot -1: leave padding rows out
-                n = slots.shape[0] - meta.num_padding
-                key, value, slots = key[:n], value[:n], slots[:n]
-            self.ops.write_kv(key, value, k_cache, v_cache, slots)
-        else:
-            super().write_kv(key, value, k_cache, v_cache, meta)
+        if kv.k_cache.dtype != torch.float32 or not _float_rows(key, value):
+            super().write_kv(key, value, kv, meta)
+            return
+        # The kernel refuses slot -1: leave padding rows out.
+        key, value, slots = meta.real_rows(key, value, meta.slot_mapping)
+        self.ops.write_kv(key, value, kv.k_cache, kv.v_cache, slots)
 
     def decode(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-        out: torch.Tensor,
+        self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
-        if q.dtype != torch.float32 or k_cache.dtype != torch.float32:
-            super().decode(q, k_cache, v_cache, meta, scale, out)
+        if q.dtype != torch.float32 or kv.k_cache.dtype != torch.float32:
+            super().decode(q, kv, meta, scale, out)
             return
-        num = q.shape[0] - meta.num_padding  # the kernel refuses context 0: padding gets zeros
-        if meta.num_padding:
-            out[num:] = 0
-            q, out = q[:num], out[:num]
+        q, out = meta.decode_rows(q, out)  # the kernel refuses context 0: padding gets zeros
+        num = q.shape[0]
         result = (
             out if _float_rows(out) else torch.empty_like(q, memory_format=torch.contiguous_format)
         )
         self.ops.paged_decode_attention(
             result,
             q if _float_rows(q) else q.contiguous(),
-            k_cache,
-            v_cache,
+            kv.k_cache,
+            kv.v_cache,
             meta.block_tables[:num],
             meta.seq_lens[:num],
             scale,

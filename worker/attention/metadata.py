@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
+
+
+class KVCache(NamedTuple):
+    """One layer's paged cache, K and V each ``(num_blocks, Hkv, block_size, D)``."""
+
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,21 @@ class AttentionMetadata:
     @property
     def num_seqs(self) -> int:
         return int(self.seq_lens.shape[0])
+
+    def real_rows(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``tensors`` (first dimension: rows of this step) without the trailing padding rows:
+        what host-side kernels take, since slot -1 and context 0 are refused or misread there."""
+        if not self.num_padding:
+            return tensors
+        num = tensors[0].shape[0] - self.num_padding
+        return tuple(t[:num] for t in tensors)
+
+    def decode_rows(self, q: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The real rows of a decode's ``q`` and ``out``; the padding rows' output is zeroed
+        (they attend to nothing)."""
+        if self.num_padding:
+            out[q.shape[0] - self.num_padding :] = 0
+        return self.real_rows(q, out)
 
     def prefill_part(self) -> AttentionMetadata:
         """The metadata of the prefill sequences only, with query offsets rebased to 0."""

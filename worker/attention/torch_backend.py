@@ -6,7 +6,7 @@ import torch
 
 from kernels import reference
 from worker.attention.backend import AttentionBackend
-from worker.attention.metadata import AttentionMetadata
+from worker.attention.metadata import AttentionMetadata, KVCache
 
 # Decodes gathered 16 sequences at a time keep the gathered K/V in cache: 64 sequences of 600
 # tokens (SmolLM2 shapes, 2 cores) took 6.6 ms a layer in chunks of 8-16 against 9.1 ms in one
@@ -24,33 +24,20 @@ class TorchAttentionBackend(AttentionBackend):
         self._buffers: dict[str, torch.Tensor] = {}
 
     def write_kv(
-        self,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
+        self, key: torch.Tensor, value: torch.Tensor, kv: KVCache, meta: AttentionMetadata
     ) -> None:
-        slots = meta.slot_mapping
-        if meta.num_padding:  # slot -1 would index the pool's last slot: leave padding out
-            n = slots.shape[0] - meta.num_padding
-            key, value, slots = key[:n], value[:n], slots[:n]
-        reference.write_kv(key, value, k_cache, v_cache, slots)
+        # Slot -1 would index the pool's last slot: leave padding rows out.
+        key, value, slots = meta.real_rows(key, value, meta.slot_mapping)
+        reference.write_kv(key, value, kv.k_cache, kv.v_cache, slots)
 
     def decode(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-        out: torch.Tensor,
+        self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
         """In chunks of `DECODE_CHUNK` sequences, each padded to its own longest."""
-        num = q.shape[0] - meta.num_padding  # padding rows (context 0) attend to nothing
-        if meta.num_padding:
-            out[num:] = 0
+        q, out = meta.decode_rows(q, out)
+        num = q.shape[0]
         lens = meta.seq_lens_host[:num] or tuple(meta.seq_lens[:num].tolist())
+        k_cache, v_cache = kv
         _, num_kv_heads, block_size, head_size = k_cache.shape
         for start in range(0, num, DECODE_CHUNK):
             end = min(num, start + DECODE_CHUNK)
@@ -87,14 +74,8 @@ class TorchAttentionBackend(AttentionBackend):
         return buf[:numel].view(shape)
 
     def prefill(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-        out: torch.Tensor,
+        self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
         out[:] = reference.paged_prefill_attention(
-            q, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale
+            q, *kv, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale
         )

@@ -7,12 +7,15 @@ the kernels are first imported (the parity tests do this); otherwise the launche
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from kernels.triton_decode import paged_decode_attention
 from kernels.triton_kv_write import write_kv
 from kernels.triton_prefill import paged_prefill_attention
-from worker.attention.backend import AttentionBackend
-from worker.attention.metadata import AttentionMetadata
+from worker.attention.backend import AttentionBackend, KernelCounts
+from worker.attention.metadata import AttentionMetadata, KVCache
+from worker.models.cpu_linear import LinearBackend
+from worker.models.gpu_kernels import use_gpu_kernels
 
 
 class TritonAttentionBackend(AttentionBackend):
@@ -22,53 +25,34 @@ class TritonAttentionBackend(AttentionBackend):
     # The kernels skip slot -1 (kv write) and give zeros for seq_len 0 (decode), on the device.
     supports_cuda_graphs = True
 
+    def install_kernels(self, model: nn.Module, linear_backend: LinearBackend) -> KernelCounts:
+        """The Triton layer kernels (norms, SiLU, rotary) come with Triton attention; a model off
+        CUDA takes none (`use_gpu_kernels`)."""
+        packed = super().install_kernels(model, linear_backend).packed_linears
+        return KernelCounts(packed, use_gpu_kernels(model))
+
     def write_kv(
-        self,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
+        self, key: torch.Tensor, value: torch.Tensor, kv: KVCache, meta: AttentionMetadata
     ) -> None:
-        write_kv(key, value, k_cache, v_cache, meta.slot_mapping)
+        write_kv(key, value, kv.k_cache, kv.v_cache, meta.slot_mapping)
 
     def decode(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-        out: torch.Tensor,
+        self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
         d = q.shape[0]
         # meta.max_seq_len bounds the decodes' lengths too: an upper bound only sizes the grid,
         # so no device sync is needed to find the decodes' own max. A CUDA graph freezes it, so
         # graphs are captured with max_model_len (see `DeviceInputs.graph_views`).
         paged_decode_attention(
-            q,
-            k_cache,
-            v_cache,
-            meta.block_tables[:d],
-            meta.seq_lens[:d],
-            scale,
-            meta.max_seq_len,
-            out=out,
+            q, *kv, meta.block_tables[:d], meta.seq_lens[:d], scale, meta.max_seq_len, out=out
         )
 
     def prefill(
-        self,
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-        out: torch.Tensor,
+        self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
         paged_prefill_attention(
             q,
-            k_cache,
-            v_cache,
+            *kv,
             meta.block_tables,
             meta.seq_lens,
             meta.query_start_loc,

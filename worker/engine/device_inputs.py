@@ -20,7 +20,7 @@ import torch
 
 from worker.attention import AttentionMetadata
 from worker.engine.input_batch import InputBatch
-from worker.engine.step_layout import FieldViews, HostStep
+from worker.engine.step_layout import Fields, FieldViews, HostStep
 
 
 class StepInputs(NamedTuple):
@@ -30,6 +30,23 @@ class StepInputs(NamedTuple):
     positions: torch.Tensor  # (T,) int64
     meta: AttentionMetadata
     logits_rows: torch.Tensor  # (R,) int64: rows of the hidden states that sample
+
+    @classmethod
+    def of(cls, step: HostStep, f: Fields, block_tables: torch.Tensor) -> StepInputs:
+        """The inputs of ``step`` from views ``f`` of its staged fields, wherever they lie
+        (the host staging buffers, or their device copies)."""
+        meta = AttentionMetadata(
+            slot_mapping=f.slot_mapping,
+            block_tables=block_tables,
+            seq_lens=f.seq_lens,
+            query_start_loc=f.query_start_loc,
+            num_decodes=step.num_decodes,
+            max_seq_len=step.max_seq_len,
+            max_query_len=step.max_query_len,
+            seq_lens_host=step.seq_lens_host,
+            num_padding=step.num_padding,
+        )
+        return cls(f.input_ids, f.positions, meta, f.logits_rows)
 
 
 class DeviceInputs:
@@ -83,18 +100,7 @@ class DeviceInputs:
         f = self.views(t, s, step.num_logits)
         tables = self.gathered[: s * w].view(s, w)
         torch.index_select(self.tables[:, :w], 0, f.table_rows, out=tables)
-        meta = AttentionMetadata(
-            slot_mapping=f.slot_mapping,
-            block_tables=tables,
-            seq_lens=f.seq_lens,
-            query_start_loc=f.query_start_loc,
-            num_decodes=step.num_decodes,
-            max_seq_len=step.max_seq_len,
-            max_query_len=step.max_query_len,
-            seq_lens_host=step.seq_lens_host,
-            num_padding=step.num_padding,
-        )
-        return StepInputs(f.input_ids, f.positions, meta, f.logits_rows)
+        return StepInputs.of(step, f, tables)
 
     def graph_views(self, size: int) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         """ids, positions and metadata of a decode step padded to ``size`` rows, where `load`

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from worker.attention.cpu_backend import CpuAttentionBackend
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig
 from worker.engine.detokenizer import IncrementalDetokenizer
@@ -31,9 +30,6 @@ from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.step_faults import Failures, describe, run_contained, sample_contained
 from worker.engine.wait_reasons import WaitInfo
-from worker.models.cpu_kernels import use_cpu_kernels
-from worker.models.cpu_linear import pack_linears
-from worker.models.gpu_kernels import use_gpu_kernels
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
 Messages = list[dict[str, str]]
@@ -52,13 +48,9 @@ class LLMEngine:
         model = load_model(self.model_dir, pick_dtype(config.dtype, self.device), self.device)
         self.model_config = model.config
         self.runner = ModelRunner(config, model, self.device)
-        # The C++ layer kernels come with the C++ attention backend: one build, one switch.
-        backend = self.runner.backend
-        ops = backend.ops if isinstance(backend, CpuAttentionBackend) else None
-        self.num_packed_linears = pack_linears(model, config.linear_backend, skinny_ops=ops)
-        self.num_fused_modules = use_cpu_kernels(model, ops)
-        if backend.name == "triton":  # the Triton layer kernels come with Triton attention
-            self.num_fused_modules += use_gpu_kernels(model)  # 0 for a CPU model
+        # The layer kernels come with the attention backend's build (C++ or Triton).
+        installed = self.runner.backend.install_kernels(model, config.linear_backend)
+        self.num_packed_linears, self.num_fused_modules = installed
         self.block_manager = BlockManager(
             self.runner.num_blocks,
             config.cache.block_size,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import structlog
 import torch
 
-from worker.attention import AttentionMetadata, get_attention_backend
+from worker.attention import KVCache, get_attention_backend
 from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig
 from worker.engine.cuda_graphs import DecodeGraphs, graph_batch_sizes, size_for
 from worker.engine.device_inputs import DeviceInputs, StepInputs
@@ -22,8 +22,8 @@ from worker.engine.input_batch import InputBatch
 from worker.engine.logits_buffer import LogitsBuffer
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.engine.step_layout import FieldViews, HostStep
+from worker.models.base import CausalLM, StepContext
 from worker.models.config import ModelConfig
-from worker.models.llama import LlamaForCausalLM, StepContext
 
 log = structlog.get_logger("paternoster.engine")
 
@@ -72,19 +72,19 @@ def num_kv_blocks(
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, model: LlamaForCausalLM, device: torch.device) -> None:
+    def __init__(self, config: EngineConfig, model: CausalLM, device: torch.device) -> None:
         self.model = model
         self.device = device
         self.block_size = config.cache.block_size
         self.backend = get_attention_backend(config.attention_backend, device)
         mc = model.config
-        dtype = model.embed_tokens.weight.dtype
+        dtype = model.dtype
         self.num_blocks = num_kv_blocks(config.cache, mc, dtype, device)
         shape = (self.num_blocks, mc.num_kv_heads, self.block_size, mc.head_size)
         # Zero-filled, not empty: padding slots of a partly filled block are read (and masked) by
         # the batched decode gather, and uninitialised memory may hold NaN, which masking keeps.
         self.kv_caches = [
-            (
+            KVCache(
                 torch.zeros(shape, dtype=dtype, device=device),
                 torch.zeros(shape, dtype=dtype, device=device),
             )
@@ -151,18 +151,7 @@ class ModelRunner:
         if self._host_views.i64 is not b.stage64:  # the staging buffers grew
             self._host_views = FieldViews(b.stage64, b.stage32)
         f = self._host_views(step.num_tokens, step.num_seqs, step.num_logits)
-        meta = AttentionMetadata(
-            slot_mapping=f.slot_mapping,
-            block_tables=torch.from_numpy(b.gather_tables(step)),
-            seq_lens=f.seq_lens,
-            query_start_loc=f.query_start_loc,
-            num_decodes=step.num_decodes,
-            max_seq_len=step.max_seq_len,
-            max_query_len=step.max_query_len,
-            seq_lens_host=step.seq_lens_host,
-            num_padding=step.num_padding,
-        )
-        return StepInputs(f.input_ids, f.positions, meta, f.logits_rows)
+        return StepInputs.of(step, f, torch.from_numpy(b.gather_tables(step)))
 
     @torch.inference_mode()
     def capture_graphs(self) -> None:

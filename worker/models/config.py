@@ -10,11 +10,9 @@ from typing import Any
 
 import torch
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+from worker.models.registry import UnsupportedModelError, architecture
 
-
-class UnsupportedModelError(ValueError):
-    """The checkpoint's architecture is not one this decoder implements."""
+__all__ = ["ModelConfig", "RopeConfig", "UnsupportedModelError"]
 
 
 @dataclass(frozen=True)
@@ -87,11 +85,7 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, raw: dict[str, Any]) -> ModelConfig:
         model_type = raw.get("model_type", "")
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise UnsupportedModelError(
-                f"model_type {model_type!r} is not supported; expected one of "
-                f"{', '.join(SUPPORTED_MODEL_TYPES)}"
-            )
+        family = architecture(model_type)
         _check_full_attention(raw)
         heads = int(raw["num_attention_heads"])
         hidden = int(raw["hidden_size"])
@@ -109,12 +103,11 @@ class ModelConfig:
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             max_position=int(raw.get("max_position_embeddings", 4096)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            # Qwen2 always has q/k/v bias; Llama-style configs say so with attention_bias.
-            qkv_bias=model_type == "qwen2" or bool(raw.get("attention_bias", False)),
-            # Llama's attention_bias covers o_proj too; Qwen2's bias is on q/k/v only.
-            o_bias=model_type != "qwen2" and bool(raw.get("attention_bias", False)),
+            # Llama-style configs say attention_bias, which covers o_proj too (`Architecture`).
+            qkv_bias=family.qkv_bias or bool(raw.get("attention_bias", False)),
+            o_bias=not family.qkv_bias and bool(raw.get("attention_bias", False)),
             mlp_bias=bool(raw.get("mlp_bias", False)),
-            qk_norm=model_type == "qwen3",
+            qk_norm=family.qk_norm,
             rope=_rope_from_hf(raw),
             eos_token_ids=eos_ids,
             bos_token_id=raw.get("bos_token_id"),

@@ -16,10 +16,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from worker.models.layers import RMSNorm, SwiGLU
-from worker.models.llama import Attention
-
-FUSED_MODULES = (RMSNorm, SwiGLU, Attention)
+from worker.models.fused import attach_ops
 
 
 def use_cpu_kernels(model: nn.Module, ops: ModuleType | None) -> int:
@@ -33,9 +30,4 @@ def use_cpu_kernels(model: nn.Module, ops: ModuleType | None) -> int:
     params = list(model.parameters())
     if not params or params[0].device.type != "cpu" or params[0].dtype != torch.float32:
         return 0
-    count = 0
-    for module in model.modules():
-        if isinstance(module, FUSED_MODULES):
-            module.cpu_ops = ops
-            count += 1
-    return count
+    return attach_ops(model, "cpu_ops", ops)

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from worker.models.layers import RMSNorm, SwiGLU
-from worker.models.llama import Attention
-
-FUSED_MODULES = (RMSNorm, SwiGLU, Attention)
+from worker.models.fused import attach_ops
 
 
 def use_gpu_kernels(model: nn.Module, *, allow_interpreter: bool = False) -> int:
@@ -40,9 +37,4 @@ def use_gpu_kernels(model: nn.Module, *, allow_interpreter: bool = False) -> int
     interpreted = allow_interpreter and is_interpreted(ops._rms_norm_kernel)
     if dtype not in FLOAT_DTYPES or not (device.type == "cuda" or interpreted):
         return 0
-    count = 0
-    for module in model.modules():
-        if isinstance(module, FUSED_MODULES):
-            module.gpu_ops = ops
-            count += 1
-    return count
+    return attach_ops(model, "gpu_ops", ops)

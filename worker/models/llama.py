@@ -1,32 +1,23 @@
 """Our Llama-family decoder (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM2) over a packed batch.
 
-Every forward runs one packed step: all scheduled tokens of all sequences concatenated, shape
-``(T,)``, no padding. Attention finds each sequence's past in the paged KV cache through the
+A `CausalLM` (worker/models/base.py): one packed step per forward, attention through the
 `StepContext`; everything else is per-token and needs no notion of sequences.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 from torch import nn
 
-from worker.attention import AttentionBackend, AttentionMetadata
+from worker.models.base import CausalLM, StepContext, WeightTarget
 from worker.models.config import ModelConfig
 from worker.models.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rotary, rotate
 
+__all__ = ["Attention", "LlamaForCausalLM", "StepContext"]
+
 CosSin = tuple[torch.Tensor, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What attention needs for one step besides activations: metadata, backend, caches."""
-
-    meta: AttentionMetadata
-    backend: AttentionBackend
-    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (k_cache, v_cache)
 
 
 class Attention(nn.Module):
@@ -77,8 +68,8 @@ class Attention(nn.Module):
                 # In place and one launch, like the C++ kernel; it takes q and k apart so that
                 # Qwen3's normed heads (above) go through it too.
                 self.gpu_ops.rotary_(q, k, *cos_sin)
-        k_cache, v_cache = ctx.kv_caches[self.layer_index]
-        out = ctx.backend.forward(q, k, v, k_cache, v_cache, ctx.meta, self.scale)
+        kv = ctx.kv_caches[self.layer_index]
+        out = ctx.backend.forward(q, k, v, kv, ctx.meta, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
 
@@ -103,7 +94,7 @@ class DecoderLayer(nn.Module):
         return self.mlp(hidden), residual
 
 
-class LlamaForCausalLM(nn.Module):
+class LlamaForCausalLM(CausalLM):
     """Decoder + LM head; `forward` returns hidden states, `compute_logits` only where sampled."""
 
     def __init__(self, config: ModelConfig) -> None:
@@ -114,8 +105,7 @@ class LlamaForCausalLM(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryEmbedding(config.head_size, config.max_position, config.rope)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.embed_tokens.weight
+        self.tie_weights()
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: StepContext
@@ -133,3 +123,34 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits in float32 for the rows that sample this step (not every prompt token)."""
         return self.lm_head(hidden).float()
+
+    def init_buffers(self) -> None:
+        c = self.config
+        with torch.device(self.embed_tokens.weight.device):  # computed there, as at load before
+            self.rotary = RotaryEmbedding(c.head_size, c.max_position, c.rope)
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def weight_target(self, checkpoint_name: str) -> WeightTarget | None:
+        """HF's separate q/k/v and gate/up projections fill row ranges of our fused ones."""
+        name = checkpoint_name.removeprefix("model.")
+        c = self.config
+        q, kv = c.num_q_heads * c.head_size, c.num_kv_heads * c.head_size
+        inter = c.intermediate_size
+        fused = {
+            "self_attn.q_proj.": ("self_attn.qkv_proj.", 0, q),
+            "self_attn.k_proj.": ("self_attn.qkv_proj.", q, q + kv),
+            "self_attn.v_proj.": ("self_attn.qkv_proj.", q + kv, q + 2 * kv),
+            "mlp.gate_proj.": ("mlp.gate_up_proj.", 0, inter),
+            "mlp.up_proj.": ("mlp.gate_up_proj.", inter, 2 * inter),
+        }
+        for hf_part, (ours, start, end) in fused.items():
+            if hf_part in name:
+                return WeightTarget(name.replace(hf_part, ours), start, end)
+        if "rotary_emb" in name:
+            return None
+        if name == "lm_head.weight" and c.tie_word_embeddings:
+            return None
+        return WeightTarget(name)

