@@ -16,9 +16,7 @@ per vocabulary entry: ~2 MB for 49k ids).
 
 from __future__ import annotations
 
-import functools
 import weakref
-from collections.abc import Callable
 from typing import Any, Protocol
 
 
@@ -34,21 +32,29 @@ class TokenDecoder:
     """``decode(ids)`` of one tokenizer with one ``skip_special_tokens`` setting."""
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool) -> None:
-        self.direct = _backend_decode(tokenizer, skip_special_tokens)
-        self._decode = self.direct or functools.partial(
-            _through_tokenizer, tokenizer, skip_special_tokens
-        )
+        self.direct = _backend(tokenizer)
+        self._tokenizer = tokenizer
+        self._skip = skip_special_tokens
         self._single: dict[int, str] = {}
 
     def __call__(self, token_ids: list[int]) -> str:
         if len(token_ids) == 1:
-            return self.one(token_ids[0])
+            text = self._single.get(token_ids[0])
+            if text is None:
+                text = self._single[token_ids[0]] = self._decode(token_ids)
+            return text
+        if self.direct is not None:  # inlined: the hot path, one call frame fewer
+            return self.direct.decode(token_ids, self._skip)
         return self._decode(token_ids)
 
-    def one(self, token_id: int) -> str:
-        text = self._single.get(token_id)
-        if text is None:
-            text = self._single[token_id] = self._decode([token_id])
+    def _decode(self, token_ids: list[int]) -> str:
+        if self.direct is not None:
+            return self.direct.decode(token_ids, self._skip)
+        # No clean-up: it rewrites " ." as "." after the space may already have been streamed.
+        text = self._tokenizer.decode(
+            token_ids, skip_special_tokens=self._skip, clean_up_tokenization_spaces=False
+        )
+        assert isinstance(text, str)
         return text
 
 
@@ -68,17 +74,8 @@ def decoder_for(tokenizer: Tokenizer, skip_special_tokens: bool) -> TokenDecoder
     return decoder
 
 
-def _through_tokenizer(tokenizer: Tokenizer, skip_special_tokens: bool, ids: list[int]) -> str:
-    # No clean-up: it rewrites " ." as "." after the space may already have been streamed.
-    text = tokenizer.decode(
-        ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False
-    )
-    assert isinstance(text, str)
-    return text
-
-
-def _backend_decode(tokenizer: Tokenizer, skip_special: bool) -> Callable[[list[int]], str] | None:
-    """The Rust decoder's ``decode`` when calling it is what ``tokenizer.decode`` does."""
+def _backend(tokenizer: Tokenizer) -> Any:
+    """The Rust tokenizer whose ``decode`` is what ``tokenizer.decode`` does; None if none is."""
     try:
         from tokenizers import Tokenizer as RustTokenizer
         from transformers import PreTrainedTokenizerFast
@@ -93,4 +90,4 @@ def _backend_decode(tokenizer: Tokenizer, skip_special: bool) -> Callable[[list[
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if not stock or not isinstance(backend, RustTokenizer):
         return None
-    return functools.partial(backend.decode, skip_special_tokens=skip_special)
+    return backend
