@@ -38,7 +38,12 @@ if TYPE_CHECKING:
 
 Mode = Literal["off", "async", "thread"]
 # The default by device type. CUDA launches are asynchronous: the host's work on N overlaps the
-# device's on N+1 for free. CPU: see `DEFAULT_CPU_MODE_WHY`.
+# device's on N+1 for free (not measured: no GPU at hand). CPU: the plain loop, unchanged. On
+# our shared 2-core machine (load 5-8) `ops/bench/overlap_loop.py` measured ms a step off /
+# thread / async: B=1 9.9 / 8.0 / 11.8, B=64 57 / 13 / 38, B=256 495 / 181 / 349; but thread's
+# CPU time a step fell as much (B=64: 45 -> 13 ms), which hiding the output processing cannot
+# do, so the gain is not the overlap's (with --threads 1: 51.5 / 50.4 / 58.6): not a default
+# until that is understood on a quiet machine.
 DEFAULT_MODES: dict[str, Mode] = {"cuda": "async", "cpu": "off"}
 Deferred = list[tuple[RequestState, int, TokenLogprobs | None]]
 
@@ -100,13 +105,6 @@ class OverlapLoop:
             else:
                 deferred.append((state, token, lps))
         return outputs + e._fail(failed)
-
-    def close(self) -> None:
-        """Wait for the step in flight (its result is dropped) and stop the launcher."""
-        if self._pending is not None:
-            self._pending.result()
-            self._pending = None
-        self.launcher.close()
 
 
 def _request_of(state: RequestState) -> SamplingRequest:

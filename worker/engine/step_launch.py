@@ -120,7 +120,3 @@ class StepLauncher:
         sampled, bad_rows = sample_contained(self.sampler, result.logits, rows)
         failed |= {result.seq_ids[row]: why for row, why in bad_rows.items()}
         return StepResult(result.seq_ids, sampled.token_ids, sampled.logprobs, failed)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
