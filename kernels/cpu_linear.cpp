@@ -36,19 +36,38 @@ inline vec load(const float* p) {
     return v;
 }
 
-inline float hsum(vec v) {
-    float s = 0.f;
-    for (int64_t i = 0; i < kLanes; ++i) s += v[i];
-    return s;
+// The sum of a vector's lanes by halving: log2(lanes) adds, a fixed order (so the same inputs
+// always round alike), independent across the accumulators that call it. The first version
+// added the 16 lanes one after another, once per 256-float chunk: 16 dependent adds per dot
+// product, and at 4-16 rows those adds, not the weights, bounded the kernel (1 thread on a
+// Xeon with AVX-512: 57 ms per step at 4 rows, oneDNN's packed GEMM 42 ms).
+template <int64_t N>
+inline float hsum_lanes(const float* lanes) {
+    if constexpr (N == 1) {
+        return lanes[0];
+    } else {
+        typedef float half __attribute__((vector_size(N / 2 * sizeof(float))));
+        half lo, hi;
+        std::memcpy(&lo, lanes, sizeof(half));
+        std::memcpy(&hi, lanes + N / 2, sizeof(half));
+        const half sum = lo + hi;
+        return hsum_lanes<N / 2>(reinterpret_cast<const float*>(&sum));
+    }
 }
 
-// out[r * ldo + o] (+)= dot(x row r, w row o) over k features, for R rows and O weight rows.
+inline float hsum(vec v) { return hsum_lanes<kLanes>(reinterpret_cast<const float*>(&v)); }
+
+// out[r * ldo + o] = dot(x row r, w row o) over k features, for R rows and O weight rows: one
+// vector accumulator per dot product across the whole of k, reduced once at the end. `ahead`
+// is the next block of weights (contiguous, O * k floats): while this one is multiplied, its
+// cache lines are asked for at the pace this block consumes its own, O lines per step.
 template <int64_t R, int64_t O>
 void block(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k, float* out,
-           int64_t ldo, bool add) {
+           int64_t ldo, const float* ahead) {
     vec acc[R][O] = {};
     const int64_t k_vec = k - k % kLanes;
     for (int64_t i = 0; i < k_vec; i += kLanes) {
+        for (int64_t o = 0; o < O; ++o) __builtin_prefetch(ahead + i * O + o * kLanes);
         vec wv[O];
         for (int64_t o = 0; o < O; ++o) wv[o] = load(w + o * ldw + i);
         for (int64_t r = 0; r < R; ++r) {
@@ -60,31 +79,21 @@ void block(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k, 
         for (int64_t o = 0; o < O; ++o) {
             float s = hsum(acc[r][o]);
             for (int64_t i = k_vec; i < k; ++i) s += x[r * ldx + i] * w[o * ldw + i];
-            out[r * ldo + o] = add ? out[r * ldo + o] + s : s;
+            out[r * ldo + o] = s;
         }
     }
 }
 
-// Features per pass: O weight rows and up to 16 x rows of 256 floats (4 + 16 KB) fit a 32 KB L1
-// while every row group passes over them, where 8 whole rows of K = 1536 (48 KB) would not.
-// Measured, the chunks changed little: 8 rows took 1.57x as long as 4 before them and 1.39x
-// after, within this machine's noise (ops/bench/cpu_linear.py, 2 AVX2 cores). The likelier limit
-// from 8 rows up: with weights in cache one thread reached only ~35 GFLOP/s, and gcc folds the
-// weight loads into the FMAs, loading each weight vector again for every x row.
-constexpr int64_t kChunk = 256;
-
+// Every row group passes over one block of O weight rows (4 x 1536 floats, 24 KB at most) while
+// it sits in L1; the activation rows (16 x 1536 floats at most) come from L2.
 template <int64_t O>
 void rows_block(const float* x, int64_t ldx, int64_t rows, const float* w, int64_t ldw, int64_t k,
                 float* out, int64_t ldo) {
-    for (int64_t k0 = 0; k0 < k; k0 += kChunk) {
-        const int64_t kc = std::min(kChunk, k - k0);
-        const bool add = k0 > 0;
-        int64_t r = 0;
-        for (; r + kRows <= rows; r += kRows)
-            block<kRows, O>(x + r * ldx + k0, ldx, w + k0, ldw, kc, out + r * ldo, ldo, add);
-        for (; r < rows; ++r)
-            block<1, O>(x + r * ldx + k0, ldx, w + k0, ldw, kc, out + r * ldo, ldo, add);
-    }
+    const float* ahead = w + O * ldw;
+    int64_t r = 0;
+    for (; r + kRows <= rows; r += kRows)
+        block<kRows, O>(x + r * ldx, ldx, w, ldw, k, out + r * ldo, ldo, ahead);
+    for (; r < rows; ++r) block<1, O>(x + r * ldx, ldx, w, ldw, k, out + r * ldo, ldo, ahead);
 }
 
 }  // namespace

@@ -103,6 +103,12 @@ struct Geometry {
     int64_t block_stride() const { return num_kv_heads * block_size * head_size; }
 };
 
+// Blocks asked for ahead of the one in use, a K or V row of each for every row read: one block
+// ahead, asked for all at once when a block began, left decode attention at 6.8 GB/s of K/V per
+// thread on a Xeon whose projections stream their weights at 13 (1 thread, 16 sequences x 1,500
+// tokens x 30 layers' caches, randomly placed blocks).
+constexpr int64_t kAhead = 2;
+
 // One (sequence, KV head) pair: all `group` query heads that read this KV head. `scores` holds
 // group * ctx floats; both passes walk the blocks so that each K and V row is loaded once.
 void attend_one(const float* q, const float* k_cache, const float* v_cache, const int32_t* table,
@@ -110,19 +116,25 @@ void attend_one(const float* q, const float* k_cache, const float* v_cache, cons
                 std::vector<float>& scores) {
     const int64_t hs = g.head_size, bs = g.block_size, group = g.group;
     const int64_t head_offset = kv_head * bs * hs;
+    const int64_t num_blocks = (ctx + bs - 1) / bs;
+    auto rows = [&](const float* cache, int64_t i) {
+        return cache + table[i] * g.block_stride() + head_offset;
+    };
     scores.resize(static_cast<size_t>(group * ctx));
     float* sc = scores.data();
+    for (int64_t i = 1; i <= kAhead && i < num_blocks; ++i) prefetch_rows(rows(k_cache, i), bs * hs);
     for (int64_t t0 = 0; t0 < ctx; t0 += bs) {
-        const float* k_block = k_cache + table[t0 / bs] * g.block_stride() + head_offset;
+        const float* k_block = rows(k_cache, t0 / bs);
         const int64_t n = std::min(bs, ctx - t0);
-        if (t0 + bs < ctx)
-            prefetch_rows(k_cache + table[t0 / bs + 1] * g.block_stride() + head_offset, bs * hs);
-        else  // the first V block, read right after the softmax
-            prefetch_rows(v_cache + table[0] * g.block_stride() + head_offset, bs * hs);
+        const int64_t ahead = t0 / bs + kAhead + 1;
+        const float* next = ahead < num_blocks ? rows(k_cache, ahead) : nullptr;
         for (int64_t s = 0; s < n; ++s) {
+            if (next != nullptr) prefetch_rows(next + s * hs, hs);
             group_dots(q, k_block + s * hs, group, hs, scale, sc + t0 + s, ctx);
         }
     }
+    // The first V blocks, read right after the softmax.
+    for (int64_t i = 0; i <= kAhead && i < num_blocks; ++i) prefetch_rows(rows(v_cache, i), bs * hs);
     for (int64_t h = 0; h < group; ++h) {  // softmax per query head; exp(s - max) stays finite
         float* row = sc + h * ctx;
         float max_score = -std::numeric_limits<float>::infinity();
@@ -140,11 +152,12 @@ void attend_one(const float* q, const float* k_cache, const float* v_cache, cons
     }
     std::fill(out, out + group * hs, 0.f);
     for (int64_t t0 = 0; t0 < ctx; t0 += bs) {
-        const float* v_block = v_cache + table[t0 / bs] * g.block_stride() + head_offset;
+        const float* v_block = rows(v_cache, t0 / bs);
         const int64_t n = std::min(bs, ctx - t0);
-        if (t0 + bs < ctx)
-            prefetch_rows(v_cache + table[t0 / bs + 1] * g.block_stride() + head_offset, bs * hs);
+        const int64_t ahead = t0 / bs + kAhead + 1;
+        const float* next = ahead < num_blocks ? rows(v_cache, ahead) : nullptr;
         for (int64_t s = 0; s < n; ++s) {
+            if (next != nullptr) prefetch_rows(next + s * hs, hs);
             group_axpys(sc + t0 + s, ctx, v_block + s * hs, out, group, hs);
         }
     }
