@@ -129,3 +129,32 @@ def test_vllm_cpu_smoke(peers: ModuleType, tmp_path: Path) -> None:
     assert result["status"] == "ok", result
     assert result["lengths_ok"] and result["output_tokens"] == 8
     assert [len(result["outputs"][r]) for r in ("r0", "r1")] == [3, 5]
+
+
+def test_rounds_time_ours_again_and_record_load(peers: ModuleType, tmp_path: Path) -> None:
+    """``--rounds 2`` times ours twice on the same requests; each system carries its load."""
+    argv = ["--peers", "", "--rounds", "2", "--num-requests", "3", "--scale", "0.05"]
+    report = peers.main([*argv, "--threads", "1"])
+    ours = report["systems"]["ours"]
+    assert ours["rounds"][0]["output_tok_s"] == ours["output_tok_s"]
+    assert len(ours["rounds"]) == 2 and all(r["wall_s"] > 0 for r in ours["rounds"])
+    before, after = ours["loadavg_before_after"]
+    assert len(before) == len(after) == 3
+
+
+def test_vllm_default_is_auto_bind_with_compile(
+    peers: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM as it ships: its own thread binding and torch.compile; ``vllm-bind`` stays eager."""
+    import export_hf  # on sys.path once run_peers is loaded
+
+    monkeypatch.setattr(export_hf, "export", lambda dtype: tmp_path / f"hf-{dtype}")
+    args = argparse.Namespace(threads=2, vllm_dtype="float32", rounds=2)
+
+    def argv_of(name: str) -> list[str]:
+        return peers.peer_args(peers.PEERS[name], args, tmp_path / "w.json")
+
+    default, bound = argv_of("vllm-default"), argv_of("vllm-bind")
+    assert default[default.index("--bind") + 1] == "auto" and "--compile" in default
+    assert bound[bound.index("--bind") + 1] == "0-1" and "--compile" not in bound
+    assert default[default.index("--rounds") + 1] == "2"

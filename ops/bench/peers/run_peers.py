@@ -16,6 +16,8 @@ Peers:
 - ``vllm-nobind``: the same with ``VLLM_CPU_OMP_THREADS_BIND=nobind``.
 - ``vllm-compile``: ``vllm-bind`` with torch.compile allowed (vLLM's default outside our eager
   runs; its start-up compiles the model's graphs, excluded from the timing as all start-ups).
+- ``vllm-default``: vLLM as it ships: torch.compile and its own ``auto`` thread binding, which
+  on x86 keeps one core per rank for the frontend (on 2 cores the model computes on 1).
 - ``llama.cpp-f32``: ``llama-server`` with parallel slots on an F32 GGUF made from the bundled one
   by ``llama-quantize``: the same dequantized fp32 weights that ours and vLLM load.
 - ``llama.cpp-q4_1``: the same server on the bundled Q4_1 GGUF itself, llama.cpp's native case
@@ -29,14 +31,10 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from subprocess import PIPE
 from types import ModuleType
 from typing import Any
 
@@ -45,7 +43,21 @@ PEERS_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))  # `worker` without an install, as engine.py does
 sys.path.insert(0, str(PEERS_DIR))
 
-RESULT_PREFIX = "PEER_RESULT "
+from peer_systems import (  # noqa: E402
+    DEFAULT_PEERS,
+    LOCAL_SYSTEMS,
+    PEERS,
+    parse_result_line,
+    peer_args,
+    run_peer,
+)
+
+__all__ = [
+    "PEERS",
+    "parse_result_line",
+    "peer_args",
+    "run_peer",
+]  # the peers' side, for callers and tests
 
 
 def load_engine_bench() -> ModuleType:
@@ -61,7 +73,7 @@ def load_engine_bench() -> ModuleType:
     return module
 
 
-# -- workload file and result lines ----------------------------------------------------------------
+# -- workload file ---------------------------------------------------------------------------------
 
 
 def workload_records(workload: Sequence[Any]) -> list[dict[str, Any]]:
@@ -85,121 +97,6 @@ def read_workload(path: Path) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text()))
 
 
-def parse_result_line(text: str) -> dict[str, Any] | None:
-    """The last ``PEER_RESULT {json}`` line of a peer's stdout, or None if there is none."""
-    for line in reversed(text.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return dict(json.loads(line[len(RESULT_PREFIX) :]))
-    return None
-
-
-# -- peers -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Peer:
-    name: str
-    venv: str  # directory name at the venv root
-    setup: str  # the script that builds the venv
-    script: str  # run with the venv's python
-    needs: str = ""  # a further file under the venv that must exist (a built binary)
-
-
-LLAMA_SERVER_BIN = "llama-server/bin/llama-server"  # under .venv-llamacpp
-PEERS = {
-    "vllm-bind": Peer("vllm-bind", ".venv-vllm", "setup_vllm.sh", "vllm_cpu.py"),
-    "vllm-nobind": Peer("vllm-nobind", ".venv-vllm", "setup_vllm.sh", "vllm_cpu.py"),
-    "vllm-compile": Peer("vllm-compile", ".venv-vllm", "setup_vllm.sh", "vllm_cpu.py"),
-    **{
-        name: Peer(
-            name, ".venv-llamacpp", "setup_llamacpp.sh", "llamacpp.py", needs=LLAMA_SERVER_BIN
-        )
-        for name in ("llama.cpp-f32", "llama.cpp-q4_1")
-    },
-}
-DEFAULT_PEERS = "vllm-bind,vllm-nobind,llama.cpp-f32,llama.cpp-q4_1"
-LOCAL_SYSTEMS = {"ours-bf16", "hf-cb", "hf-static"}  # engine.py's, run in this process
-
-
-def peer_python(peer: Peer, venv_root: Path) -> Path | None:
-    """The venv's python, or None when the peer is not installed."""
-    venv = venv_root / peer.venv
-    python = venv / "bin" / "python"
-    if not python.exists() or (peer.needs and not (venv / peer.needs).exists()):
-        return None
-    return python
-
-
-def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list[str]:
-    """The peer script's arguments; exports the HF directory for vLLM on first use."""
-    common = ["--workload", str(workload_path), "--label", peer.name]
-    if peer.name.startswith("vllm"):
-        from export_hf import export
-
-        bind = "nobind" if peer.name == "vllm-nobind" else f"0-{args.threads - 1}"
-        model = export(dtype=args.vllm_dtype)
-        compile_ = ["--compile"] if peer.name == "vllm-compile" else []
-        return [
-            *common,
-            "--model",
-            str(model),
-            "--bind",
-            bind,
-            "--dtype",
-            args.vllm_dtype,
-            *compile_,
-        ]
-    from export_hf import export_gguf_f32
-
-    from worker.models.loader import bundled_model_path
-
-    gguf = bundled_model_path()  # Q4_1
-    if peer.name == "llama.cpp-f32":
-        bins = args.venv_root / peer.venv / Path(LLAMA_SERVER_BIN).parent
-        gguf = export_gguf_f32(bins / "llama-quantize", gguf)
-    server = args.venv_root / peer.venv / LLAMA_SERVER_BIN
-    return [*common, "--gguf", str(gguf), "--server", str(server), "--threads", str(args.threads)]
-
-
-def run_peer(
-    peer: Peer,
-    args: argparse.Namespace,
-    workload_path: Path,
-    build_args: Callable[[Peer, argparse.Namespace, Path], list[str]] = peer_args,
-) -> dict[str, Any]:
-    python = peer_python(peer, args.venv_root)
-    if python is None:
-        return {
-            "status": "not installed",
-            "setup": f"bash ops/bench/peers/{peer.setup}",
-            "venv": str(args.venv_root / peer.venv),
-        }
-    command = [str(python), str(PEERS_DIR / peer.script), *build_args(peer, args, workload_path)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    start = time.perf_counter()
-    # A session of its own: on timeout the whole group goes (vLLM's engine and worker processes,
-    # llama-server), not only the script.
-    proc = subprocess.Popen(
-        command, stdout=PIPE, stderr=PIPE, text=True, env=env, start_new_session=True
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=args.peer_timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return {"status": "failed", "reason": f"timeout after {args.peer_timeout_s} s"}
-    except BaseException:  # Ctrl-C, or SIGTERM (main turns it into SystemExit): no orphans
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    result = parse_result_line(stdout)
-    if proc.returncode != 0 or result is None:
-        tail = (stdout + stderr)[-3000:]
-        return {"status": "failed", "returncode": proc.returncode, "log_tail": tail}
-    result["status"] = "ok"
-    result["process_s"] = time.perf_counter() - start
-    return result
-
-
 # -- ours, comparison, table -----------------------------------------------------------------------
 
 
@@ -219,10 +116,14 @@ def run_local(
     else:
         model = bench.load_hf(args.model_dir)
         run = functools.partial(bench.HF_RUNNERS[name], bench_args, model, workload, warm)
-    result = bench.in_worker_thread(run)
-    bench.check_lengths(result, workload)
-    gc.collect()  # drop this system's KV pool before the next one allocates its own
+    rounds = []
+    for _ in range(args.rounds):
+        result = bench.in_worker_thread(run)
+        bench.check_lengths(result, workload)
+        gc.collect()  # drop this system's KV pool before the next one allocates its own
+        rounds.append(result)
     output_tokens = sum(r.output_len for r in workload)
+    result = rounds[0]
     return {
         "status": "ok",
         "system": name,
@@ -231,6 +132,7 @@ def run_local(
         "output_tok_s": output_tokens / result.wall_s,
         "lengths_ok": True,
         "outputs": result.outputs,
+        "rounds": [{"wall_s": r.wall_s, "output_tok_s": output_tokens / r.wall_s} for r in rounds],
         **result.extra,
     }
 
@@ -252,6 +154,8 @@ def compare(systems: dict[str, dict[str, Any]], ids: Sequence[str]) -> None:
         if s.get("status") != "ok" or ours is None:
             continue
         s["ours_speedup"] = ours["output_tok_s"] / s["output_tok_s"]
+        pairs = zip(ours.get("rounds", []), s.get("rounds", []), strict=False)
+        s["ours_speedup_rounds"] = [a["output_tok_s"] / b["output_tok_s"] for a, b in pairs]
         if name != "ours":
             s["parity_vs_ours"] = parity(ours, s, ids)
 
@@ -276,6 +180,11 @@ def print_table(report: dict[str, Any]) -> None:
             f"{'' if ttft is None else f'{ttft:.2f}':>9} {speedup:>7}  "
             f"{same}"
         )
+        for i, r in enumerate(s.get("rounds", [])[1:], start=1):
+            x = s.get("ours_speedup_rounds", [])
+            ratio = f"{x[i]:.2f}" if i < len(x) else ""
+            label = f"  round {i + 1}"
+            print(f"{label:<14} {r['wall_s']:>8.2f} {r['output_tok_s']:>10.1f} {'':>9} {ratio:>7}")
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -298,6 +207,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--venv-root", type=Path, default=ROOT, help="where .venv-vllm etc. live")
     p.add_argument("--peer-timeout-s", type=float, default=1800.0)
     p.add_argument("--parity-requests", type=int, default=8)
+    p.add_argument(
+        "--rounds", type=int, default=1, help="timed runs of each system (vLLM: one start-up)"
+    )
     p.add_argument("--workload-file", type=Path, help="default: beside --out, or a temp file")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
@@ -342,15 +254,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"workload: {len(workload)} requests in {workload_path}", flush=True)
     loadavg = [round(x, 2) for x in os.getloadavg()]
     systems: dict[str, dict[str, Any]] = {}
+    runs = [(name, lambda n: run_local(bench, args, workload, n)) for name in args.local]
     if not args.no_ours:
-        print("running ours ...", flush=True)
-        systems["ours"] = run_local(bench, args, workload, "ours")
-    for name in args.local:
+        runs.insert(0, ("ours", lambda n: run_local(bench, args, workload, n)))
+    runs += [(name, lambda n: run_peer(PEERS[n], args, workload_path)) for name in args.peers]
+    for name, run in runs:
         print(f"running {name} ...", flush=True)
-        systems[name] = run_local(bench, args, workload, name)
-    for name in args.peers:
-        print(f"running {name} ...", flush=True)
-        systems[name] = run_peer(PEERS[name], args, workload_path)
+        before = [round(x, 2) for x in os.getloadavg()]
+        systems[name] = run(name)
+        systems[name]["loadavg_before_after"] = [before, [round(x, 2) for x in os.getloadavg()]]
         print(f"  {name}: {systems[name]['status']}", flush=True)
     compare(systems, [r.request_id for r in workload[: args.parity_requests]])
     report = {
