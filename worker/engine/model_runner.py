@@ -193,6 +193,4 @@ class ModelRunner:
         if not sampling:
             empty = hidden.new_empty((0, self.model.config.vocab_size)).float()
             return RunnerOutput(request_ids, empty, seq_ids)
-        return RunnerOutput(
-            request_ids, self.compute_logits(hidden[step.logits_rows]), seq_ids
-        )
+        return RunnerOutput(request_ids, self.compute_logits(hidden[step.logits_rows]), seq_ids)
