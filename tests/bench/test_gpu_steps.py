@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from worker.models.config import ModelConfig
-from worker.models.loader import _target, load_model
+from worker.models.loader import load_model
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "ops" / "bench"
 
@@ -50,7 +50,7 @@ def test_random_qwen3_loads_in_ours_and_in_transformers(qwen3_dir: Path) -> None
     assert ours.lm_head.weight is ours.embed_tokens.weight
     params = dict(ours.named_parameters())
     for name, tensor in hf.state_dict().items():  # every HF weight landed in ours, q/k norms too
-        target = _target(name, mc)
+        target = ours.weight_target(name)
         if target is None:  # the tied LM head
             continue
         ours_name, start, end = target
