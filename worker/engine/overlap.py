@@ -13,11 +13,15 @@ What the plain loop guarantees holds here too: an abort between two calls drops 
 flight for that request (the caller has seen every token before it); a sequence preempted in
 N+1's schedule already holds its token of N; seeded rows draw by (seed, output index), which is
 the same in both loops; failures are contained per sequence (`step_faults`) and reported with
-the step they happened in. Every step overlaps, prefill chunks included.
+the step they happened in. Every step overlaps, prefill chunks included. A step's outputs come
+back from the call after the one that launched it: the first call returns nothing, and tests
+that count calls (a request's first token "on the next step") hold for the plain loop only.
 
 Not yet: step N+1 is scheduled after N's ids reached the host, so the device idles while the
 host resolves N and schedules and prepares N+1 (vLLM's async scheduling and SGLang's overlap
-scheduler schedule N+1 before, reading N's ids on the device).
+scheduler schedule N+1 before, reading N's ids on the device). And on CUDA only all-greedy
+rows launch without a wait: the sampler makes its per-row tensors (temperatures, min-tokens
+masks) by synchronous host-to-device copies, which wait for the forward before N's text is made.
 """
 
 from __future__ import annotations
