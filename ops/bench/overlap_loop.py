@@ -9,6 +9,10 @@ here with a stop string that never matches, so every step detokenizes and checks
 request would. Each mode gets a fresh engine per round and the modes alternate within a round,
 so a noisy neighbour on a shared machine hits them alike; the figure is the median over all
 timed steps in which all ``B`` requests decode, after ``--warmup`` such steps.
+
+Compare modes in separate processes (``--modes off``, then ``--modes thread``): in one process,
+once a thread-mode engine had run, the other modes' steps measured 4-40x slower or faster than
+alone (B=64: off 577 ms against 57-71 alone), so a shared process says nothing.
 """
 
 from __future__ import annotations
@@ -86,8 +90,11 @@ def measure(args: argparse.Namespace, model_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for batch in args.batches:
         times: dict[str, list[tuple[float, float]]] = {m: [] for m in args.modes}
-        for _ in range(args.rounds):
-            for mode in args.modes:
+        for r in range(args.rounds):
+            # Each round starts with another mode: the first engine of a batch measured slower
+            # whatever its mode (B=1: 413 ms a step off, then 2.6 thread and 3.2 async).
+            k = r % len(args.modes)
+            for mode in args.modes[k:] + args.modes[:k]:
                 times[mode] += step_times(args, model_dir, batch, mode)
         wall = {m: 1e3 * statistics.median(w for w, _ in t) for m, t in times.items()}
         cpu = {m: 1e3 * statistics.median(c for _, c in t) for m, t in times.items()}

@@ -42,12 +42,12 @@ if TYPE_CHECKING:
 
 Mode = Literal["off", "async", "thread"]
 # The default by device type. CUDA launches are asynchronous: the host's work on N overlaps the
-# device's on N+1 for free (not measured: no GPU at hand). CPU: the plain loop, unchanged. On
-# our shared 2-core machine (load 5-8) `ops/bench/overlap_loop.py` measured ms a step off /
-# thread / async: B=1 9.9 / 8.0 / 11.8, B=64 57 / 13 / 38, B=256 495 / 181 / 349; but thread's
-# CPU time a step fell as much (B=64: 45 -> 13 ms), which hiding the output processing cannot
-# do, so the gain is not the overlap's (with --threads 1: 51.5 / 50.4 / 58.6): not a default
-# until that is understood on a quiet machine.
+# device's on N+1 for free (not measured: no GPU at hand). CPU: the plain loop, unchanged.
+# `ops/bench/overlap_loop.py --batches 64 --modes M --rounds 2`, one process per mode, on our
+# shared 2-core machine (load ~5): off 57-71 ms a step (CPU 37-40 ms), async 73 (48), thread
+# 11.4 (11.4): thread's CPU time fell with its wall time, which hiding output processing cannot
+# do; its ops ran on one core. With --threads 1: off 16.6 ms (12.3), thread 18.4 (13.2). So the
+# overlap itself does not pay on 2 cores; one intra-op thread does (not this module's to set).
 DEFAULT_MODES: dict[str, Mode] = {"cuda": "async", "cpu": "off"}
 Deferred = list[tuple[RequestState, int, TokenLogprobs | None]]
 
