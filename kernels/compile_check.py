@@ -95,6 +95,7 @@ def compile_all(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values()
     import kernels.triton_kv_write as kv_write
     import kernels.triton_layer_ops as layer_ops
     import kernels.triton_prefill as prefill
+    import kernels.triton_rotary as rotary
 
     target = GPUTarget("cuda", arch, 32)
     built: list[str] = []
@@ -105,7 +106,7 @@ def compile_all(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values()
         (prefill, "_paged_prefill_kernel"),
         (kv_write, "_write_kv_kernel"),
         (layer_ops, "_rms_norm_kernel"),
-        (layer_ops, "_rotary_kernel"),
+        (rotary, "_rotary_kernel"),
         (layer_ops, "_silu_and_mul_kernel"),
     ):
         setattr(module, name, CompileOnly(getattr(module, name), target, built))
