@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "ops" / "bench" / "engine.py"
+from tests.bench.scripts import load_script
 
 
 def test_engine_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
-    spec = importlib.util.spec_from_file_location("paternoster_bench_engine", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(bench)
+    bench = load_script("engine")
     out = tmp_path / "bench.json"
     args = ["--model", str(tiny_model_dir), "--systems", "ours,hf-static", "--out", str(out)]
     args += ["--num-requests", "5", "--scale", "0.05", "--seed", "3"]
@@ -44,16 +38,6 @@ def test_engine_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert report["systems"]["ours"]["steps"] > 0
     assert report["matmul_gflop_s"] > 0
     assert report["parity_vs_ours"]["hf-static"]["checked"] == 5
-
-
-def load_script(name: str) -> Any:
-    path = BENCH.parent / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"paternoster_bench_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_random_model_runs_and_a_failing_peer_is_recorded(

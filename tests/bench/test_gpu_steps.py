@@ -4,31 +4,16 @@ structure is checked, never its timings."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
+from tests.bench.scripts import load_script
 from worker.models.config import ModelConfig
 from worker.models.loader import load_model
-
-BENCH_DIR = Path(__file__).resolve().parents[2] / "ops" / "bench"
-
-
-def load_script(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(
-        f"paternoster_bench_{name}", BENCH_DIR / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

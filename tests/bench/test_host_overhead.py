@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from tests.bench.test_engine_bench import load_script
+from tests.bench.scripts import load_script
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.request_state import RequestState
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.bench.test_more_benches import load
+from tests.bench.scripts import load_script as load
 
 # Seed 1 draws all three classes among 7 jobs: 4 chats, 2 cancelled, 1 batch (refused below).
 SMOKE_MIX = {

@@ -3,27 +3,12 @@ silently rot (their numbers come from the bundled model, in BENCHMARKS.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import torch
 
 from producer.fleet import HEARTBEAT_S
-
-BENCH_DIR = Path(__file__).resolve().parents[2] / "ops" / "bench"
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"paternoster_bench_{name}", BENCH_DIR / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+from tests.bench.scripts import load_script as load
 
 
 def test_job_plane_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:

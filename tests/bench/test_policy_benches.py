@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.bench.test_more_benches import load
+from tests.bench.scripts import load_script as load
 
 
 @pytest.mark.slow

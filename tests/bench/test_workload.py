@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.test_more_benches import load
+from tests.bench.scripts import load_script as load
 
 wl = load("workload")
 kv = load("kv_memory")

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.engine.test_engine import PROMPTS as ENGINE_PROMPTS
 from worker.attention import AttentionMetadata, KVCache, get_attention_backend
 from worker.attention.backend import BackendName
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
@@ -26,13 +27,7 @@ from worker.engine.model_runner import RunnerOutput
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 
-PROMPTS = [
-    "Hello",
-    "The quick brown fox jumps over the lazy dog " * 4,
-    "One two three",
-    "In a hole in the ground there lived a hobbit.",
-    "a",
-]
+PROMPTS = ENGINE_PROMPTS[:5]  # the engine tests' prompts, less the longest
 # Over 64 tokens (one Triton decode tile): a split-K grid sized for less would drop its tail.
 LONG = "It was the best of times, it was the worst of times, it was the age of wisdom, " * 4
 
