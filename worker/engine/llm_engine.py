@@ -24,9 +24,10 @@ from worker.engine.overlap import OverlapLoop, overlap_mode
 from worker.engine.prefix_cache import PrefixCacheStats
 from worker.engine.prompt import InvalidRequestError, PromptTooLongError, encode_prompt
 from worker.engine.request_state import RequestState
-from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs
+from worker.engine.sampler import Sampler, TokenLogprobs
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
+from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.step_faults import Failures, describe, run_contained, sample_contained
 from worker.engine.wait_reasons import WaitInfo
@@ -176,22 +177,27 @@ class LLMEngine:
         if self._overlap is not None:  # one step in flight between calls
             return self._overlap.step()
         outputs, self._aborted = self._aborted, []
-        decision = self.scheduler.schedule()
-        self.last_preempted = tuple(dict.fromkeys(decision.preempted_ids))
-        self.last_num_batched_tokens = decision.num_batched_tokens
+        decision = self._schedule()
         if decision.is_empty:
             return outputs
         result, failed = run_contained(self.runner, decision)
         states = [self._states[sid] for sid in result.seq_ids]
         self.scheduler.update(decision)
         if states:
-            requests = [SamplingRequest(s.seq.params, s.seq.num_output_tokens) for s in states]
+            requests = [s.sampling_request() for s in states]
             sampled, bad_rows = sample_contained(self.sampler, result.logits, requests)
             failed |= {states[row].seq.seq_id: why for row, why in bad_rows.items()}
             for state, token, lps in zip(states, sampled.token_ids, sampled.logprobs, strict=True):
                 if state.seq.seq_id not in failed:
                     outputs += self._append(state, token, lps, failed)
         return outputs + self._fail(failed)
+
+    def _schedule(self) -> SchedulerOutput:
+        """The next step's decision, noting its preemptions and token count for the caller."""
+        decision = self.scheduler.schedule()
+        self.last_preempted = tuple(dict.fromkeys(decision.preempted_ids))
+        self.last_num_batched_tokens = decision.num_batched_tokens
+        return decision
 
     def _append(
         self,

@@ -33,7 +33,7 @@ import torch
 from worker.engine.config import EngineConfig
 from worker.engine.outputs import RequestOutput
 from worker.engine.request_state import RequestState
-from worker.engine.sampler import SamplingRequest, TokenLogprobs
+from worker.engine.sampler import TokenLogprobs
 from worker.engine.step_faults import Failures
 from worker.engine.step_launch import InFlight, StepLauncher, StepResult
 
@@ -75,12 +75,10 @@ class OverlapLoop:
         if self._pending is not None:
             done, self._pending = self._pending.result(), None
             outputs += self._resolve(done, deferred)
-        decision = e.scheduler.schedule()
-        e.last_preempted = tuple(dict.fromkeys(decision.preempted_ids))
-        e.last_num_batched_tokens = decision.num_batched_tokens
+        decision = e._schedule()
         if not decision.is_empty:
             requests = {
-                item.seq_id: _request_of(e._states[item.seq_id])
+                item.seq_id: e._states[item.seq_id].sampling_request()
                 for item in decision.scheduled
                 if item.samples
             }
@@ -109,7 +107,3 @@ class OverlapLoop:
             else:
                 deferred.append((state, token, lps))
         return outputs + e._fail(failed)
-
-
-def _request_of(state: RequestState) -> SamplingRequest:
-    return SamplingRequest(state.seq.params, state.seq.num_output_tokens)

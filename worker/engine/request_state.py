@@ -6,7 +6,7 @@ from collections.abc import Set
 
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.outputs import RequestOutput
-from worker.engine.sampler import TokenLogprobs
+from worker.engine.sampler import SamplingRequest, TokenLogprobs
 from worker.engine.sequence import FinishReason, Sequence
 
 
@@ -14,6 +14,10 @@ class RequestState:
     def __init__(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
         self.seq = seq
         self.detokenizer = detokenizer
+
+    def sampling_request(self) -> SamplingRequest:
+        """What the sampler needs of this choice for its next token."""
+        return SamplingRequest(self.seq.params, self.seq.num_output_tokens)
 
     def append(
         self,
