@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -23,11 +22,17 @@ from pydantic import (
 )
 
 from producer.keys import JOB_ID_PATTERN
+from producer.messages import ChatMessage as ChatMessage
 
 # The states and finish reasons are declared once, in ``producer.status``; JobState is
 # re-exported here, where it was declared before.
 from producer.status import EntryField, FinishReason
 from producer.status import JobState as JobState
+from producer.webhook_spec import WebhookSpec
+from producer.wire import Frozen
+from producer.wire import WireBool as WireBool
+from producer.wire import WireFloat as WireFloat
+from producer.wire import WireInt as WireInt
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
@@ -44,11 +49,6 @@ MAX_METADATA_BYTES = 4096  # metadata rides in every job entry: keep it small
 # A job entry's payload (the JobSpec JSON) at most: 1 MiB holds a 128k-token prompt (about 4
 # bytes a token) twice over; the worker refuses more before it parses, producers before XADD.
 MAX_PAYLOAD_BYTES = 1024 * 1024
-# Wire numbers are strict: JSON's true is no 1 and "2" no 2, and JSON has no NaN or Infinity
-# (Python's json module reads them; they would pass every range check as floats).
-WireInt = Annotated[int, Field(strict=True)]
-WireFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-WireBool = Annotated[bool, Field(strict=True)]
 
 
 def parse_priority(value: int | str) -> int:
@@ -70,11 +70,7 @@ def parse_priority(value: int | str) -> int:
         ) from None
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SamplingSpec(_Frozen):
+class SamplingSpec(Frozen):
     """How a job samples: the one declaration of the sampling names, defaults and ranges. The
     engine's ``SamplingParams`` takes its defaults from here and is checked by this model."""
 
@@ -100,12 +96,7 @@ class SamplingSpec(_Frozen):
         return self
 
 
-class ChatMessage(_Frozen):
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str
-
-
-class JobSpec(_Frozen):
+class JobSpec(Frozen):
     """One generation job. Give exactly one of ``prompt``, ``messages``, ``prompt_token_ids``."""
 
     schema_version: WireInt = SCHEMA_VERSION
@@ -121,6 +112,7 @@ class JobSpec(_Frozen):
     # Prefix-cache isolation: only jobs with the same salt share cached prompt blocks, so one
     # tenant cannot hit (or time) another's prefixes. None: the worker's policy decides.
     cache_salt: str | None = Field(default=None, min_length=1, max_length=128)
+    webhook: WebhookSpec | None = None  # POSTed when the job ends (the deliverer's docs)
 
     @field_validator("schema_version")
     @classmethod
@@ -163,14 +155,14 @@ class ErrorCode(enum.StrEnum):
     DEAD_LETTER = "dead_letter"
 
 
-class Usage(_Frozen):
+class Usage(Frozen):
     prompt_tokens: int
     completion_tokens: int  # summed over all choices
     total_tokens: int
     cached_prompt_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
-class Timings(_Frozen):
+class Timings(Frozen):
     """Seconds, all measured on the Redis server's clock from the moment of submission."""
 
     queued_s: float  # submit -> a worker took the job
@@ -178,19 +170,19 @@ class Timings(_Frozen):
     total_s: float  # submit -> terminal event
 
 
-class TopLogprob(_Frozen):
+class TopLogprob(Frozen):
     token_id: int
     logprob: float
 
 
-class TokenLogprob(_Frozen):
+class TokenLogprob(Frozen):
     token_id: int
     logprob: float
     rank: int
     top: tuple[TopLogprob, ...] = ()
 
 
-class _Event(_Frozen):
+class _Event(Frozen):
     # Readers skip what they do not know, so a writer can add a field without breaking a
     # deployed client: unknown fields are dropped when an event is read (docs/protocol.md).
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -227,7 +219,7 @@ def _ends_done(reason: FinishReason) -> FinishReason:
 DoneReason = Annotated[FinishReason, AfterValidator(_ends_done)]
 
 
-class ChoiceEnd(_Frozen):
+class ChoiceEnd(Frozen):
     choice: int
     finish_reason: DoneReason
     completion_tokens: int
