@@ -113,6 +113,47 @@ class Keys:
         """``SCAN MATCH`` pattern for every key under this prefix."""
         return f"{self.prefix}:*"
 
+    # The OpenAI Batch API's files and batches (``gateway.files_store``, ``gateway.batch_store``).
+
+    def file(self, file_id: str) -> str:
+        """Hash: one uploaded or produced file's object (``bytes``, ``filename``, ``purpose``,
+        ``owner``, times); expires with the file."""
+        return f"{self.prefix}:file:{file_id}"
+
+    def file_content(self, file_id: str) -> str:
+        """String: a file's bytes, when files live in Redis (not ``--files-dir``)."""
+        return f"{self.prefix}:file-content:{file_id}"
+
+    def files(self, owner: str) -> str:
+        """Sorted set: file id -> created time, of one owner (a tenant, or ``*`` for all)."""
+        return f"{self.prefix}:files:{owner}"
+
+    def batch(self, batch_id: str) -> str:
+        """Hash: one batch's object (status, times, file ids, counts, its runner's cursor)."""
+        return f"{self.prefix}:batch:{batch_id}"
+
+    def batches(self, owner: str) -> str:
+        """Sorted set: batch id -> created time, of one owner (a tenant, or ``*`` for all)."""
+        return f"{self.prefix}:batches:{owner}"
+
+    def batch_output(self, batch_id: str) -> str:
+        """Hash: input line index -> the output line of a request that succeeded (HSETNX:
+        one line per request, however often its result is collected)."""
+        return f"{self.prefix}:batch-output:{batch_id}"
+
+    def batch_errors(self, batch_id: str) -> str:
+        """Hash: input line index -> the error line of a request that failed."""
+        return f"{self.prefix}:batch-errors:{batch_id}"
+
+    def batch_lease(self, batch_id: str) -> str:
+        """String with a TTL: the gateway whose runner drives the batch while it renews it."""
+        return f"{self.prefix}:batch-lease:{batch_id}"
+
+    @property
+    def batches_active(self) -> str:
+        """Set: ids of the batches not yet in a final status, which runners pick up."""
+        return f"{self.prefix}:batches-active"
+
 
 def band_of(priority: int) -> str:
     """Band of a priority (lower is more urgent): the last band whose floor it reaches
