@@ -69,6 +69,12 @@ class OpenAIRequest(BaseModel):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    @property
+    def token_limit(self) -> int | None:
+        """The completion's token cap as asked (chat also takes ``max_completion_tokens``):
+        what the route and a batch line (``gateway.batch_lines``) pass to ``sampling``."""
+        return self.max_tokens
+
 
 class CompletionRequest(OpenAIRequest):
     """``POST /v1/completions``: one prompt, as text or token ids."""
