@@ -1,0 +1,107 @@
+"""Pure-torch references for the weight-only quantized linears (kernels/cpu_quant_linear.cpp).
+
+GGUF block formats, as llama.cpp lays them out (one row of a weight = ``k / 32`` blocks, bytes
+back to back; a weight of ``n`` rows is a ``(n, row_bytes)`` uint8 tensor):
+
+- ``Q8_0`` (type 8): 34 bytes = fp16 scale ``d``, 32 int8 ``q``; ``w = d * q``. 8.5 bits/weight.
+- ``Q4_0`` (type 2): 18 bytes = fp16 ``d``, 16 bytes of nibbles; ``w = d * (q - 8)``. 4.5 bits.
+- ``Q4_1`` (type 3): 20 bytes = fp16 ``d``, fp16 min ``m``, 16 bytes; ``w = d * q + m``. 5 bits.
+
+In the 4-bit formats byte ``j`` of a block holds element ``j`` in its low nibble and element
+``j + 16`` in its high one. Every format needs ``k`` to be a multiple of 32.
+
+``int8``: per-output-channel symmetric int8 made from float weights at load, ``w = s[o] * q``,
+``s[o] = max|W[o]| / 127``; any ``k``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+BLOCK = 32  # weights per GGUF block, every format here
+
+
+class BlockFormat(NamedTuple):
+    name: str
+    type_id: int  # GGML's type number (gguf.GGMLQuantizationType)
+    block_bytes: int
+
+
+Q4_0 = BlockFormat("Q4_0", 2, 18)
+Q4_1 = BlockFormat("Q4_1", 3, 20)
+Q8_0 = BlockFormat("Q8_0", 8, 34)
+FORMATS = {f.type_id: f for f in (Q4_0, Q4_1, Q8_0)}
+
+
+def block_format(type_id: int) -> BlockFormat:
+    """The format of GGML type ``type_id``; ValueError naming the ones we run otherwise."""
+    if type_id not in FORMATS:
+        names = ", ".join(f.name for f in FORMATS.values())
+        raise ValueError(f"GGML type {type_id} has no kernel here (we run {names})")
+    return FORMATS[type_id]
+
+
+def in_features(blocks: torch.Tensor, type_id: int) -> int:
+    """``k`` of a ``(n, row_bytes)`` block tensor."""
+    fmt = block_format(type_id)
+    if blocks.shape[-1] % fmt.block_bytes:
+        raise ValueError(f"{fmt.name} rows are whole {fmt.block_bytes}-byte blocks")
+    return blocks.shape[-1] // fmt.block_bytes * BLOCK
+
+
+def _fp16(raw: torch.Tensor) -> torch.Tensor:
+    """Two uint8 columns (little-endian) as one float32 column."""
+    return raw.contiguous().view(torch.float16).float()
+
+
+def dequantize(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
+    """Float32 ``(n, k)`` weights of GGUF blocks ``(n, row_bytes)`` uint8."""
+    fmt = block_format(type_id)
+    n = blocks.shape[0]
+    k = in_features(blocks, type_id)
+    b = blocks.reshape(n, k // BLOCK, fmt.block_bytes)
+    d = _fp16(b[..., 0:2])  # (n, nb, 1)
+    if fmt is Q8_0:
+        q = b[..., 2:].contiguous().view(torch.int8).float()
+        return (d * q).reshape(n, k)
+    packed = b[..., 4:] if fmt is Q4_1 else b[..., 2:]
+    q = torch.cat((packed & 0x0F, packed >> 4), dim=-1).float()  # (n, nb, 32)
+    if fmt is Q4_1:
+        w = d * q + _fp16(b[..., 2:4])
+    else:
+        w = d * (q - 8.0)
+    return w.reshape(n, k)
+
+
+def quant_linear(
+    x: torch.Tensor, blocks: torch.Tensor, type_id: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x @ dequantize(blocks).T + bias``, in float32."""
+    out = x.float() @ dequantize(blocks, type_id).T
+    return out if bias is None else out + bias
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric int8 of ``weight`` ``(n, k)``: ``(q int8 (n, k), scale float32 (n,))``.
+
+    An all-zero row gets scale 1 (its codes are 0 either way), so no division by zero.
+    """
+    w = weight.detach().float()
+    amax = w.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return q.float() * scale[:, None]
+
+
+def int8_linear(
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x @ (scale * q).T + bias``, in float32."""
+    out = x.float() @ dequantize_int8(q, scale).T
+    return out if bias is None else out + bias
