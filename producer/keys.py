@@ -154,6 +154,30 @@ class Keys:
         """Set: ids of the batches not yet in a final status, which runners pick up."""
         return f"{self.prefix}:batches-active"
 
+    # Webhooks (issue 22): deliveries queued atomically with the event they report, sent by
+    # `paternoster webhooks` (``gateway.webhooks``).
+
+    @property
+    def webhooks(self) -> str:
+        """Stream of webhook deliveries to make: ``id`` (job id), ``event`` (terminal |
+        started), ``submitted_at`` (its status hash's). The deliverers' group reads it."""
+        return f"{self.prefix}:webhooks"
+
+    @property
+    def webhook_group(self) -> str:
+        """The deliverers' consumer group on the webhooks stream."""
+        return "deliverers"
+
+    @property
+    def webhook_dead(self) -> str:
+        """Stream of deliveries given up (attempts or time spent, or refused): see
+        ``gateway.webhooks.records``. Trimmed to about DEAD_LETTER_MAXLEN entries."""
+        return f"{self.prefix}:webhook-dead"
+
+    def delivery(self, event: str, job_id: str) -> str:
+        """Hash: the delivery of one event of one job: attempts, last status, delivered_at."""
+        return f"{self.prefix}:delivery:{event}:{job_id}"
+
 
 def band_of(priority: int) -> str:
     """Band of a priority (lower is more urgent): the last band whose floor it reaches
