@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from producer.constraints import Structure
 from producer.keys import JOB_ID_PATTERN
 from producer.messages import ChatMessage as ChatMessage
 
@@ -45,6 +46,11 @@ _ALIAS_NAMES = ", ".join(PRIORITY_ALIASES)
 # The cap on ``n`` (SamplingSpec's, so the engine's too): each choice is a sequence of its own
 # in the batch, and 16 keeps one request to a quarter of the default 64-sequence batch.
 MAX_CHOICES = 16
+# logit_bias ids at most (each an add to its row's logit every step); biases and the presence
+# and frequency penalties in OpenAI's ranges. A JSON object's keys are strings: "50256" is id 50256.
+MAX_LOGIT_BIAS = 1024
+LogitBias = dict[Annotated[int, Field(ge=0)], Annotated[WireFloat, Field(ge=-100.0, le=100.0)]]
+Penalty = Annotated[WireFloat, Field(ge=-2.0, le=2.0)]
 MAX_METADATA_BYTES = 4096  # metadata rides in every job entry: keep it small
 # A job entry's payload (the JobSpec JSON) at most: 1 MiB holds a 128k-token prompt (about 4
 # bytes a token) twice over; the worker refuses more before it parses, producers before XADD.
@@ -88,6 +94,11 @@ class SamplingSpec(Frozen):
     logprobs: WireInt | None = Field(default=None, ge=0, le=20)
     skip_special_tokens: WireBool = True
     n: WireInt = Field(default=1, ge=1, le=MAX_CHOICES)  # choices from one prompt, streamed apart
+    presence_penalty: Penalty = 0.0
+    frequency_penalty: Penalty = 0.0
+    repetition_penalty: WireFloat = Field(default=1.0, gt=0.0)  # prompt and output, vLLM's
+    logit_bias: LogitBias | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
+    structure: Structure | None = None  # what the output must match (producer.constraints)
 
     @model_validator(mode="after")
     def _min_within_max(self) -> SamplingSpec:

@@ -56,16 +56,17 @@ def validate_request(
     refuse_past_context: bool = False,
 ) -> None:
     """Raise ``InvalidRequestError`` (or its ``InvalidSamplingParams``, ``PromptTooLongError``)
-    unless the request can run: stop ids in the vocabulary, a non-empty prompt in it that leaves
-    room for a token. With ``refuse_past_context`` (the job service, as OpenAI and vLLM's server
-    do), ``max_tokens`` must fit after the prompt too; else generation stops at the context
-    (finish reason ``length``). Nothing that passes can make a step raise."""
-    bad = [t for t in params.stop_token_ids if not 0 <= t < vocab_size]
-    if bad:
-        raise InvalidSamplingParams(
-            f"invalid sampling parameter stop_token_ids: each must be in 0..{vocab_size - 1}, "
-            f"got {bad[:5]}"
-        )
+    unless the request can run: stop and logit_bias ids in the vocabulary, a non-empty prompt
+    in it that leaves room for a token. With ``refuse_past_context`` (the job service, as
+    OpenAI and vLLM's server do), ``max_tokens`` must fit after the prompt too; else generation
+    stops at the context (finish reason ``length``). Nothing that passes can make a step raise."""
+    for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias)):
+        bad = [t for t in ids or () if not 0 <= t < vocab_size]
+        if bad:
+            raise InvalidSamplingParams(
+                f"invalid sampling parameter {name}: each token id must be in "
+                f"0..{vocab_size - 1}, got {bad[:5]}"
+            )
     check_prompt(prompt_token_ids, max_model_len, vocab_size)
     room = max_model_len - len(prompt_token_ids)
     if refuse_past_context and params.max_tokens > room:

@@ -9,12 +9,14 @@ spec by ``SamplingParams.from_spec``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from annotated_types import Ge, Gt, Le
 from pydantic import ValidationError
 
+from producer.constraints import Structure
 from producer.protocol import SamplingSpec
 from worker.engine.prompt import InvalidRequestError
 
@@ -53,20 +55,35 @@ class SamplingParams:
     logprobs: int | None = _default("logprobs")  # top-N logprobs per token (plus the sampled)
     skip_special_tokens: bool = _default("skip_special_tokens")
     n: int = _default("n")  # independent choices from one prompt, each streamed with its index
+    presence_penalty: float = _default("presence_penalty")  # - p if it is in the output
+    frequency_penalty: float = _default("frequency_penalty")  # - f x its count in the output
+    repetition_penalty: float = _default("repetition_penalty")  # prompt + output, vLLM's rule
+    logit_bias: Mapping[int, float] | None = _default("logit_bias")  # token id -> added logit
+    # A constraint the output must match; None (a call only RUF009 cannot see is immutable).
+    structure: Structure | None = _default("structure")  # noqa: RUF009
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience and frozen so params stay hashable and immutable.
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "stop", tuple(self.stop))
         try:
-            SamplingSpec.model_validate(self.__dict__)
+            spec = SamplingSpec.model_validate(self.__dict__)
         except ValidationError as exc:
             raise InvalidSamplingParams(_describe(exc)) from None
+        # The spec's parsed forms: a constraint given as a dict becomes its model, bias keys ints.
+        object.__setattr__(self, "structure", spec.structure)
+        object.__setattr__(self, "logit_bias", spec.logit_bias)
 
     @classmethod
     def from_spec(cls, spec: SamplingSpec) -> SamplingParams:
         """A job's params: its spec's fields, one for one (``test_sampling_contract``)."""
-        return cls(**spec.model_dump())
+        return cls(**{name: getattr(spec, name) for name in _SPEC_FIELDS})
+
+    @property
+    def penalized(self) -> bool:
+        """Whether a penalty or a bias changes this request's logits."""
+        no_penalty = self.presence_penalty == self.frequency_penalty == 0.0
+        return bool(self.logit_bias) or not no_penalty or self.repetition_penalty != 1.0
 
     @property
     def greedy(self) -> bool:
@@ -78,10 +95,11 @@ def _describe(exc: ValidationError) -> str:
     the spec's declaration (``n: 1..16``, ``top_p: (0.0, 1.0]``)."""
     error = exc.errors()[0]
     name = str(error["loc"][0]) if error["loc"] else ""
+    message = str(error["msg"]).removeprefix("Value error, ")
     if name not in _SPEC_FIELDS:  # the spec's cross-field rule: its message names the field
-        name, _, allowed = str(error["msg"]).removeprefix("Value error, ").partition(" ")
+        name, _, allowed = message.partition(" ")
         return f"invalid sampling parameter {name}: {allowed}"
-    return f"invalid sampling parameter {name}: {allowed_range(name) or error['msg']}"
+    return f"invalid sampling parameter {name}: {allowed_range(name) or message}"
 
 
 def allowed_range(name: str) -> str:
