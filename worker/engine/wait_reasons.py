@@ -21,6 +21,7 @@ class WaitReason(enum.StrEnum):
     TENANT_CAP = "tenant_cap"  # its tenant runs max_running_per_tenant sequences already
     STEP_BUDGET = "step_budget"  # this step's token budget went to others; next step
     SHARED_PROMPT = "shared_prompt"  # an n > 1 choice waiting for choice 0 to compute the prompt
+    COMPILING_GRAMMAR = "compiling_grammar"  # its structure constraint compiles off the loop
 
 
 @dataclass(frozen=True)
