@@ -11,6 +11,11 @@ one. Nothing else in ``producer/`` touches ``os.environ``.
   ``$XDG_CACHE_HOME/paternoster``, else ``~/.cache/paternoster``). The worker reads it too, with
   the same meaning, in ``worker/envs.py``: its engine and model loader import nothing of this
   package.
+- ``PATERNOSTER_WEBHOOK_ALLOW``: comma-separated addresses, networks and host names a webhook
+  may call although they are not public (``producer.webhook_policy``); producers, workers and
+  the deliverer read it, so set it alike for all three.
+- ``PATERNOSTER_WEBHOOK_SECRET``: the deliverer's default signing secret, for webhooks that
+  carry none of their own (``whsec_`` and base64, as Standard Webhooks secrets are).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import os
 from pathlib import Path
 
 from producer.keys import DEFAULT_PREFIX
+
+WEBHOOK_ALLOW_ENV = "PATERNOSTER_WEBHOOK_ALLOW"
+WEBHOOK_SECRET_ENV = "PATERNOSTER_WEBHOOK_SECRET"
 
 
 def redis_url() -> str | None:
@@ -39,3 +47,13 @@ def cache_dir() -> Path:
         return Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "paternoster"
+
+
+def webhook_allow() -> str:
+    """``PATERNOSTER_WEBHOOK_ALLOW``, e.g. ``127.0.0.1,10.1.0.0/16``; empty when unset."""
+    return os.environ.get(WEBHOOK_ALLOW_ENV, "")
+
+
+def webhook_secret() -> str | None:
+    """``PATERNOSTER_WEBHOOK_SECRET``; None when unset."""
+    return os.environ.get(WEBHOOK_SECRET_ENV) or None

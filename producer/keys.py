@@ -174,9 +174,10 @@ class Keys:
         ``gateway.webhooks.records``. Trimmed to about DEAD_LETTER_MAXLEN entries."""
         return f"{self.prefix}:webhook-dead"
 
-    def delivery(self, event: str, job_id: str) -> str:
-        """Hash: the delivery of one event of one job: attempts, last status, delivered_at."""
-        return f"{self.prefix}:delivery:{event}:{job_id}"
+    def delivery(self, job_id: str) -> str:
+        """Hash: the webhook deliveries of one job, fields ``<event>_<name>`` (attempts,
+        last_status, delivered_at, ...: ``gateway.webhooks.records``)."""
+        return f"{self.prefix}:delivery:{job_id}"
 
 
 def band_of(priority: int) -> str:

@@ -21,7 +21,7 @@ import functools
 from importlib import resources
 from pathlib import Path
 
-from producer import lua_prelude
+from producer import lua_prelude, webhook_lua
 from producer.admission import (
     BYTES_PER_TOKEN,
     KINDS,
@@ -50,7 +50,7 @@ from producer.protocol import (
 )
 from producer.status import EntryField, JobState, StatusField
 
-SCRIPT_NAMES = ("submit", "cancel", "claim", "reclaim")
+SCRIPT_NAMES = ("submit", "cancel", "claim", "reclaim", "webhook")
 # RECLAIM's error message names the deliveries with this; the script writes in the count.
 DELIVERIES_MARK = "{deliveries}"
 # What CLAIM writes when a job's deadline passed before a worker took it.
@@ -152,6 +152,7 @@ def definitions() -> dict[str, str]:
     }
     for piece in ("now", "unload", "end_job", "drop_entry"):
         code[piece] = shipped(f"shared/{piece}.lua").strip()
+    code.update(webhook_lua.definitions())  # issue 22: the webhooks stream's enqueue
     return code
 
 
@@ -170,6 +171,7 @@ def declarations(script: str) -> lua_prelude.Names:
         "StartedEvent": _fields(StartedEvent),
         "ErrorEvent": _fields(ErrorEvent),
     }
+    tables.update(webhook_lua.tables())
     if script in _ANSWERS:
         tables["Answer"] = _members(_ANSWERS[script])
     values: dict[str, lua_prelude.LuaValue] = {
@@ -184,6 +186,7 @@ def declarations(script: str) -> lua_prelude.Names:
         "DEFAULT_N": _default(SamplingSpec, "n"),
         "ANY_TENANT_SCOPE": tenant_scope(None),
         "DELIVERIES_MARK": DELIVERIES_MARK,
+        **webhook_lua.values(),
     }
     return lua_prelude.Names(tables, values, definitions())
 
@@ -202,6 +205,7 @@ SUBMIT = load("submit")
 CANCEL = load("cancel")
 CLAIM = load("claim")
 RECLAIM = load("reclaim")
+WEBHOOK = load("webhook")
 
 
 def claim_keys(keys: Keys, job_id: str, stream: str) -> list[str]:

@@ -75,6 +75,9 @@ class StatusField(enum.StrEnum):
     WAIT_REASON = "wait_reason"  # a worker holds it but has not scheduled it: why
     POSITION = "position"
     PREEMPTIONS = "preemptions"
+    # The JobSpec's webhook as JSON, copied by SUBMIT: what the scripts that end (or start) a
+    # job read to enqueue its delivery (``producer.webhook_lua``). JobStatus leaves it out.
+    WEBHOOK = "webhook"
 
 
 class EntryField(enum.StrEnum):

@@ -7,15 +7,23 @@
 
 -- Generated from the Python declarations (producer.scripts.write_files); do not edit.
 local CANCELS_MAXLEN = 10000
+local DEFAULT_WEBHOOK_EVENT = 'terminal'
 local State = {QUEUED = 'queued', RUNNING = 'running', CANCELLED = 'cancelled'}
 local Field = {
-  STATE = 'state', TENANT = 'tenant', BAND = 'band', COST_TOKENS = 'cost_tokens',
-  FINISHED_AT = 'finished_at', CANCEL_REQUESTED = 'cancel_requested',
+  STATE = 'state', SUBMITTED_AT = 'submitted_at', TENANT = 'tenant', BAND = 'band',
+  COST_TOKENS = 'cost_tokens', FINISHED_AT = 'finished_at', CANCEL_REQUESTED = 'cancel_requested',
+  WEBHOOK = 'webhook',
 }
 local Entry = {ID = 'id', TYPE = 'type', DATA = 'data'}
 local Event = {CANCELLED = 'cancelled'}
 local Kind = {JOBS = 'jobs', TOKENS = 'tokens'}
+local Delivery = {ID = 'id', EVENT = 'event', SUBMITTED_AT = 'submitted_at'}
+local Hook = {TERMINAL = 'terminal'}
+local WebhookSpec = {EVENTS = 'events'}
 local Answer = {CANCELLED = 'cancelled', CANCELLING = 'cancelling', MISSING = 'missing'}
+local function job_key(prefix, id)
+  return prefix .. ':job:' .. id
+end
 local function band_load_key(prefix, band)
   return prefix .. ':load:band:' .. band
 end
@@ -49,6 +57,30 @@ local function end_job(final, event_type, data, ttl_s)
   redis.call('EXPIRE', KEYS[1], ttl_s)
   redis.call('EXPIRE', KEYS[2], ttl_s)
 end
+local function webhooks_key(prefix)
+  return prefix .. ':webhooks'
+end
+-- A job with a webhook (the JSON that SUBMIT copied from its payload into its status hash,
+-- KEYS[1]) gets a delivery entry for `event` on the webhooks stream when its webhook asks for
+-- that event, in the caller's atomic step: no end is written without its delivery, nor a
+-- delivery without its end. A webhook that does not decode still gets its terminal delivery,
+-- which the deliverer refuses visibly (dead letter). No prefix given: nothing is enqueued.
+local function enqueue_webhook(prefix, event)
+  if not prefix or prefix == '' then return end
+  local f = redis.call('HMGET', KEYS[1], Field.WEBHOOK, Field.SUBMITTED_AT)
+  if not f[1] then return end
+  local ok, hook = pcall(cjson.decode, f[1])
+  local events = ok and type(hook) == 'table' and hook[WebhookSpec.EVENTS]
+  if type(events) ~= 'table' then events = {DEFAULT_WEBHOOK_EVENT} end
+  for _, wanted in ipairs(events) do
+    if wanted == event then
+      local id = string.sub(KEYS[1], #job_key(prefix, '') + 1)
+      redis.call('XADD', webhooks_key(prefix), '*', Delivery.ID, id, Delivery.EVENT, event,
+                 Delivery.SUBMITTED_AT, f[2] or '')
+      return
+    end
+  end
+end
 -- End of the generated lines.
 
 local state = redis.call('HGET', KEYS[1], Field.STATE)
@@ -56,6 +88,7 @@ if not state then return Answer.MISSING end
 if state == State.QUEUED then
   unload(ARGV[4])
   end_job(State.CANCELLED, Event.CANCELLED, ARGV[3], ARGV[2])
+  enqueue_webhook(ARGV[4], Hook.TERMINAL)
   return Answer.CANCELLED
 end
 if state == State.RUNNING then

@@ -17,12 +17,13 @@
 -- Returns {answer, submitted_at, now}: "started" | "rejected" | "expired" | the job's state.
 
 -- Generated from the Python declarations (producer.scripts.write_files); do not edit.
+local DEFAULT_WEBHOOK_EVENT = 'terminal'
 local State = {QUEUED = 'queued', RUNNING = 'running', ERROR = 'error', EXPIRED = 'expired'}
 local Field = {
   STATE = 'state', SUBMITTED_AT = 'submitted_at', TENANT = 'tenant', BAND = 'band',
   COST_TOKENS = 'cost_tokens', STARTED_AT = 'started_at', WORKER = 'worker',
   DELIVERIES = 'deliveries', ENTRY_ID = 'entry_id', FINISHED_AT = 'finished_at',
-  ERROR_CODE = 'error_code', ERROR_MESSAGE = 'error_message',
+  ERROR_CODE = 'error_code', ERROR_MESSAGE = 'error_message', WEBHOOK = 'webhook',
 }
 local Entry = {TYPE = 'type', DATA = 'data'}
 local Event = {ERROR = 'error', EXPIRED = 'expired', STARTED = 'started'}
@@ -30,7 +31,13 @@ local Kind = {JOBS = 'jobs', TOKENS = 'tokens'}
 local Action = {REJECT = 'reject'}
 local StartedEvent = {QUEUED_S = 'queued_s'}
 local ErrorEvent = {CODE = 'code', MESSAGE = 'message'}
+local Delivery = {ID = 'id', EVENT = 'event', SUBMITTED_AT = 'submitted_at'}
+local Hook = {TERMINAL = 'terminal', STARTED = 'started'}
+local WebhookSpec = {EVENTS = 'events'}
 local Answer = {STARTED = 'started', REJECTED = 'rejected', EXPIRED = 'expired'}
+local function job_key(prefix, id)
+  return prefix .. ':job:' .. id
+end
 local function band_load_key(prefix, band)
   return prefix .. ':load:band:' .. band
 end
@@ -71,6 +78,30 @@ local function drop_entry(group, entry_id)
   redis.call('XACK', KEYS[3], group, entry_id)
   redis.call('XDEL', KEYS[3], entry_id)
 end
+local function webhooks_key(prefix)
+  return prefix .. ':webhooks'
+end
+-- A job with a webhook (the JSON that SUBMIT copied from its payload into its status hash,
+-- KEYS[1]) gets a delivery entry for `event` on the webhooks stream when its webhook asks for
+-- that event, in the caller's atomic step: no end is written without its delivery, nor a
+-- delivery without its end. A webhook that does not decode still gets its terminal delivery,
+-- which the deliverer refuses visibly (dead letter). No prefix given: nothing is enqueued.
+local function enqueue_webhook(prefix, event)
+  if not prefix or prefix == '' then return end
+  local f = redis.call('HMGET', KEYS[1], Field.WEBHOOK, Field.SUBMITTED_AT)
+  if not f[1] then return end
+  local ok, hook = pcall(cjson.decode, f[1])
+  local events = ok and type(hook) == 'table' and hook[WebhookSpec.EVENTS]
+  if type(events) ~= 'table' then events = {DEFAULT_WEBHOOK_EVENT} end
+  for _, wanted in ipairs(events) do
+    if wanted == event then
+      local id = string.sub(KEYS[1], #job_key(prefix, '') + 1)
+      redis.call('XADD', webhooks_key(prefix), '*', Delivery.ID, id, Delivery.EVENT, event,
+                 Delivery.SUBMITTED_AT, f[2] or '')
+      return
+    end
+  end
+end
 -- End of the generated lines.
 
 if ARGV[1] ~= Action.REJECT and (ARGV[10] or '') == '' then
@@ -95,6 +126,7 @@ end
 local function finish(final, event_type, data)
   redis.call('HSET', KEYS[1], Field.WORKER, ARGV[2])
   end_job(final, event_type, data, ARGV[4])
+  enqueue_webhook(ARGV[9], Hook.TERMINAL)
   drop_entry(ARGV[7], ARGV[8])
 end
 if ARGV[1] == Action.REJECT then
@@ -114,4 +146,5 @@ started[StartedEvent.QUEUED_S] = tonumber(queued)
 redis.call('HSET', KEYS[1], Field.STATE, State.RUNNING, Field.STARTED_AT, now,
            Field.WORKER, ARGV[2], Field.DELIVERIES, 1, Field.ENTRY_ID, ARGV[8])
 redis.call('XADD', KEYS[2], '*', Entry.TYPE, Event.STARTED, Entry.DATA, cjson.encode(started))
+enqueue_webhook(ARGV[9], Hook.STARTED)
 return {Answer.STARTED, submitted, now}

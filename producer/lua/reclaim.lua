@@ -14,11 +14,12 @@
 -- Generated from the Python declarations (producer.scripts.write_files); do not edit.
 local DEAD_LETTER_MAXLEN = 10000
 local DELIVERIES_MARK = '{deliveries}'
+local DEFAULT_WEBHOOK_EVENT = 'terminal'
 local State = {QUEUED = 'queued', RUNNING = 'running', ERROR = 'error'}
 local Field = {
-  STATE = 'state', WORKER = 'worker', DELIVERIES = 'deliveries', HANDOFF = 'handoff',
-  RESUMED_AT = 'resumed_at', FINISHED_AT = 'finished_at', ERROR_CODE = 'error_code',
-  ERROR_MESSAGE = 'error_message',
+  STATE = 'state', SUBMITTED_AT = 'submitted_at', WORKER = 'worker', DELIVERIES = 'deliveries',
+  HANDOFF = 'handoff', RESUMED_AT = 'resumed_at', FINISHED_AT = 'finished_at',
+  ERROR_CODE = 'error_code', ERROR_MESSAGE = 'error_message', WEBHOOK = 'webhook',
 }
 local Entry = {
   ID = 'id', PAYLOAD = 'payload', TYPE = 'type', DATA = 'data', ENTRY_ID = 'entry_id',
@@ -26,9 +27,15 @@ local Entry = {
 }
 local Event = {ERROR = 'error'}
 local ErrorEvent = {CODE = 'code', MESSAGE = 'message'}
+local Delivery = {ID = 'id', EVENT = 'event', SUBMITTED_AT = 'submitted_at'}
+local Hook = {TERMINAL = 'terminal'}
+local WebhookSpec = {EVENTS = 'events'}
 local Answer = {
   QUEUED = 'queued', RESUMED = 'resumed', DEAD_LETTER = 'dead_letter', OWNED = 'owned',
 }
+local function job_key(prefix, id)
+  return prefix .. ':job:' .. id
+end
 -- Seconds as "sec.micro" from Redis' clock (TIME's microseconds zero-padded to six digits),
 -- so every timing of a job, whoever measures it, shares one clock.
 local t = redis.call('TIME')
@@ -47,6 +54,33 @@ end
 local function drop_entry(group, entry_id)
   redis.call('XACK', KEYS[3], group, entry_id)
   redis.call('XDEL', KEYS[3], entry_id)
+end
+local function webhooks_key(prefix)
+  return prefix .. ':webhooks'
+end
+local function dead_letter_key(prefix)
+  return prefix .. ':dead'
+end
+-- A job with a webhook (the JSON that SUBMIT copied from its payload into its status hash,
+-- KEYS[1]) gets a delivery entry for `event` on the webhooks stream when its webhook asks for
+-- that event, in the caller's atomic step: no end is written without its delivery, nor a
+-- delivery without its end. A webhook that does not decode still gets its terminal delivery,
+-- which the deliverer refuses visibly (dead letter). No prefix given: nothing is enqueued.
+local function enqueue_webhook(prefix, event)
+  if not prefix or prefix == '' then return end
+  local f = redis.call('HMGET', KEYS[1], Field.WEBHOOK, Field.SUBMITTED_AT)
+  if not f[1] then return end
+  local ok, hook = pcall(cjson.decode, f[1])
+  local events = ok and type(hook) == 'table' and hook[WebhookSpec.EVENTS]
+  if type(events) ~= 'table' then events = {DEFAULT_WEBHOOK_EVENT} end
+  for _, wanted in ipairs(events) do
+    if wanted == event then
+      local id = string.sub(KEYS[1], #job_key(prefix, '') + 1)
+      redis.call('XADD', webhooks_key(prefix), '*', Delivery.ID, id, Delivery.EVENT, event,
+                 Delivery.SUBMITTED_AT, f[2] or '')
+      return
+    end
+  end
 end
 -- End of the generated lines.
 
@@ -71,6 +105,8 @@ if n > tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[1], Field.WORKER, ARGV[1], Field.ERROR_CODE, err[ErrorEvent.CODE],
              Field.ERROR_MESSAGE, message)
   end_job(State.ERROR, Event.ERROR, cjson.encode(err), ARGV[4])
+  -- The prefix, for the webhooks stream, from the dead-letter stream's name (KEYS[4]).
+  enqueue_webhook(string.sub(KEYS[4], 1, #KEYS[4] - #dead_letter_key('')), Hook.TERMINAL)
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', DEAD_LETTER_MAXLEN, '*', Entry.ID, ARGV[8],
              Entry.ENTRY_ID, ARGV[7], Entry.PAYLOAD, ARGV[9], Entry.DELIVERIES, n,
              Entry.WORKER, ARGV[2])

@@ -32,13 +32,13 @@ local ANY_TENANT_SCOPE = 'tenant:*'
 local State = {QUEUED = 'queued'}
 local Field = {
   STATE = 'state', SUBMITTED_AT = 'submitted_at', PRIORITY = 'priority', TENANT = 'tenant',
-  STREAM_ID = 'stream_id', BAND = 'band', COST_TOKENS = 'cost_tokens',
+  STREAM_ID = 'stream_id', BAND = 'band', COST_TOKENS = 'cost_tokens', WEBHOOK = 'webhook',
 }
 local Entry = {ID = 'id', PAYLOAD = 'payload'}
 local Kind = {JOBS = 'jobs', TOKENS = 'tokens'}
 local JobSpec = {
   ID = 'id', PROMPT = 'prompt', MESSAGES = 'messages', PROMPT_TOKEN_IDS = 'prompt_token_ids',
-  SAMPLING = 'sampling', PRIORITY = 'priority', TENANT = 'tenant',
+  SAMPLING = 'sampling', PRIORITY = 'priority', TENANT = 'tenant', WEBHOOK = 'webhook',
 }
 local SamplingSpec = {MAX_TOKENS = 'max_tokens', N = 'n'}
 local ChatMessage = {CONTENT = 'content'}
@@ -148,9 +148,10 @@ local function check_call()
         .. cjson.encode(w[3]), 0)
     end
   end
+  return spec
 end
-local checked, problem = pcall(check_call)
-if not checked then return redis.error_reply('ERR SUBMIT refused: ' .. tostring(problem)) end
+local checked, spec = pcall(check_call)
+if not checked then return redis.error_reply('ERR SUBMIT refused: ' .. tostring(spec)) end
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('HGET', KEYS[1], Field.STREAM_ID) or ''}
@@ -181,6 +182,10 @@ local sid = redis.call('XADD', KEYS[2], '*', Entry.ID, ARGV[1], Entry.PAYLOAD, A
 redis.call('HSET', KEYS[1], Field.STATE, State.QUEUED, Field.SUBMITTED_AT, now,
            Field.PRIORITY, ARGV[3], Field.TENANT, ARGV[4], Field.STREAM_ID, sid,
            Field.BAND, ARGV[5], Field.COST_TOKENS, ARGV[6])
+-- The webhook, which the scripts that end or start the job read to enqueue its delivery.
+if type(spec[JobSpec.WEBHOOK]) == 'table' then
+  redis.call('HSET', KEYS[1], Field.WEBHOOK, cjson.encode(spec[JobSpec.WEBHOOK]))
+end
 for _, key in ipairs({KEYS[3], KEYS[4]}) do
   redis.call('HINCRBY', key, Kind.JOBS, 1)
   redis.call('HINCRBY', key, Kind.TOKENS, cost)

@@ -68,7 +68,7 @@ def test_tokens_coalesce_to_the_interval_and_the_end_flushes_the_rest() -> None:
     assert [(e.index, e.token_ids, e.text) for e in first] == [(0, (5, 6), "ab")]  # type: ignore[attr-defined]
     last = job.on_output(out([7], "c", finished="length", total=3))
     names = [c.name for c in last]
-    assert names == ["XADD", "XADD", "HSET", "EXPIRE", "EXPIRE", "XACK", "XDEL"]
+    assert names == ["XADD", "XADD", "HSET", "EVAL", "EXPIRE", "EXPIRE", "XACK", "XDEL"]
     token, done = events_of(last)
     assert isinstance(token, TokenEvent) and token.index == 2 and token.token_ids == (7,)
     assert isinstance(done, DoneEvent) and done.usage.completion_tokens == 3

@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from producer import scripts
 from producer import status as st
 from producer.keys import Keys
 from producer.protocol import (
@@ -27,6 +28,7 @@ from producer.protocol import (
     event_fields,
 )
 from producer.status import FinishReason, JobState, StatusField
+from producer.webhook_lua import Hook, webhook_args, webhook_keys
 from worker.engine.engine_request import EngineRequest
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampler import TokenLogprobs
@@ -224,7 +226,8 @@ class ActiveJob:
         return self.end_commands(event_fields(CancelledEvent(usage=usage)), status)
 
     def end_commands(self, fields: Mapping[str, str], status: st.Status) -> list[Command]:
-        """Terminal event, final status, TTLs, then XACK and XDEL: in this order, one connection."""
+        """Terminal event, final status, its webhook delivery (a job with one), TTLs, then XACK
+        and XDEL: in this order, one connection (one MULTI with the publisher's marker)."""
         job_id = self.job.job_id
         if self.num_preemptions:
             status = {**status, StatusField.PREEMPTIONS: self.num_preemptions}
@@ -234,9 +237,15 @@ class ActiveJob:
         return [
             xadd(self.keys.events(job_id), fields),
             hset(self.keys.job(job_id), status),
+            self._webhook(Hook.TERMINAL),
             expire(self.keys.job(job_id), self.result_ttl_s),
             expire(self.keys.events(job_id), self.result_ttl_s),
             xack(self.job.stream, self.keys.group, self.job.entry_id),
             # The jobs stream keeps only jobs not yet ended: no trimming can drop a pending one.
             Command("XDEL", (self.job.stream, self.job.entry_id)),
         ]
+
+    def _webhook(self, event: Hook) -> Command:
+        """The WEBHOOK script: enqueues the delivery if the job's status hash holds a webhook."""
+        keys = webhook_keys(self.keys, self.job.job_id)
+        return Command("EVAL", (scripts.WEBHOOK, len(keys), *keys, *webhook_args(self.keys, event)))
