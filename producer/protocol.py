@@ -24,6 +24,7 @@ from pydantic import (
 from producer.constraints import Structure
 from producer.keys import JOB_ID_PATTERN
 from producer.messages import ChatMessage as ChatMessage
+from producer.messages import Tools
 
 # The states and finish reasons are declared once, in ``producer.status``; JobState is
 # re-exported here, where it was declared before.
@@ -124,6 +125,7 @@ class JobSpec(Frozen):
     # tenant cannot hit (or time) another's prefixes. None: the worker's policy decides.
     cache_salt: str | None = Field(default=None, min_length=1, max_length=128)
     webhook: WebhookSpec | None = None  # POSTed when the job ends (the deliverer's docs)
+    tools: Tools | None = None  # function tools the messages may call (producer.messages)
 
     @field_validator("schema_version")
     @classmethod
