@@ -7,7 +7,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args, get_type_hints
 
+from producer.keys import BANDS
 from worker import envs
+from worker.engine.step_targets import parse_tpot_targets
+
+# TPOT targets by band (``producer.keys.BANDS``; a band not named has none). 150 ms keeps chats
+# under vLLM's chat TPOT p50 on the CPU serving path (0.21 s, BENCHMARKS.md) while leaving prefill
+# ~100 ms a step there (~130 tokens); 400 ms is about a 512-token CPU chunk, so the default band
+# loses little prefill; batch has none. GPU steps are far under both: they bind on the CPU only.
+DEFAULT_TPOT_TARGET_MS = {"interactive": 150.0, "default": 400.0}
 
 # 2 GiB of KV on CPU holds ~46k tokens of SmolLM2-135M (46 KB/token in fp32): far more than a
 # 2-core machine can keep busy, and small enough to leave room for a second process.
@@ -60,6 +68,21 @@ class SchedulerConfig:
     # tokens of one of weight 1 when both have work waiting.
     tenant_weights: Mapping[str, float] = field(default_factory=dict)
     max_running_per_tenant: int | None = None  # running sequences per tenant; None: no cap
+    # Each step's prefill is cut so the running decodes of the most demanding band present meet
+    # its target, as the step cost model predicts (step_targets.py); empty: full budget always.
+    tpot_target_ms: Mapping[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_TPOT_TARGET_MS)
+    )
+    # Prefill tokens a step always gives the oldest running prompt and its first admission,
+    # whatever the target: a 2k-token prompt still finishes in 32 steps under a stream of chats.
+    min_prefill_chunk_tokens: int = 64
+    # Priority points a job gains per second in the engine (aging.py); 0: off. 0.2 puts a batch
+    # job (10) before interactive jobs (-10) that arrive more than 100 s after it.
+    aging_per_s: float = 0.2
+
+    @property
+    def tpot_targets_s(self) -> dict[str, float]:
+        return {band: ms / 1000 for band, ms in self.tpot_target_ms.items()}
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -70,6 +93,12 @@ class SchedulerConfig:
             raise InvalidConfigError("tenant_weights must be > 0")
         if self.max_running_per_tenant is not None and self.max_running_per_tenant < 1:
             raise InvalidConfigError("max_running_per_tenant must be >= 1")
+        if any(band not in BANDS or ms <= 0 for band, ms in self.tpot_target_ms.items()):
+            raise InvalidConfigError(f"tpot_target_ms takes bands of {BANDS} and values > 0")
+        if self.min_prefill_chunk_tokens < 1:
+            raise InvalidConfigError("min_prefill_chunk_tokens must be >= 1")
+        if self.aging_per_s < 0:
+            raise InvalidConfigError("aging_per_s must be >= 0")
         # Every running decode must fit in one step's budget, or decodes would stall.
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise InvalidConfigError("max_num_batched_tokens must be >= max_num_seqs")
@@ -174,6 +203,9 @@ class EngineConfig:
                 max_priority_preemptions=args.max_priority_preemptions,
                 tenant_weights=parse_tenant_weights(args.tenant_weight),
                 max_running_per_tenant=args.max_running_per_tenant,
+                tpot_target_ms=parse_tpot_targets(args.tpot_target_ms),
+                min_prefill_chunk_tokens=args.min_prefill_chunk_tokens,
+                aging_per_s=args.aging_per_s,
             ),
         )
 
@@ -198,6 +230,22 @@ def _add_priority_arguments(parser: argparse.ArgumentParser) -> None:
         help="fair-share weight of a tenant (default 1); repeat for several",
     )
     g.add_argument("--max-running-per-tenant", type=int, default=None)
+    targets = ",".join(f"{band}={ms:g}" for band, ms in DEFAULT_TPOT_TARGET_MS.items())
+    g.add_argument(
+        "--tpot-target-ms",
+        default=targets,
+        metavar="BAND=MS,...",
+        help=f"per-band time per output token each step is sized to (default {targets}; off)",
+    )
+    chunk = SchedulerConfig.min_prefill_chunk_tokens
+    g.add_argument("--min-prefill-chunk-tokens", type=int, default=chunk)
+    aging = SchedulerConfig.aging_per_s
+    g.add_argument(
+        "--aging-per-s",
+        type=float,
+        default=aging,
+        help=f"priority points a waiting job gains per second (default {aging:g}; 0: off)",
+    )
 
 
 def parse_tenant_weights(items: Sequence[str]) -> dict[str, float]:

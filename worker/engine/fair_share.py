@@ -11,7 +11,10 @@ tenants already active, so idle time is not banked as credit for a later burst (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from worker.engine.sequence import Sequence
 
 # VTC's default costs: an output token counts twice a prompt token, since a decode step costs
 # a full pass over the weights for one token while prefill amortises it over many.
@@ -53,3 +56,11 @@ class FairShare:
         cost = prompt_tokens * PROMPT_TOKEN_COST + output_tokens * OUTPUT_TOKEN_COST
         if cost:
             self._counters[tenant] = self.counter(tenant) + cost / self.weight(tenant)
+
+
+def capped_tenants(running: Iterable[Sequence], cap: int | None) -> set[str]:
+    """Tenants running ``cap`` sequences already (none without a cap)."""
+    if cap is None:
+        return set()
+    counts = Counter(s.tenant for s in running)
+    return {t for t, n in counts.items() if n >= cap}

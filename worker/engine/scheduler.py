@@ -11,34 +11,48 @@ the least urgent, most recently started sequence. Two things preempt: a running 
 needs a block when none is free (``kv_cache_full``), and a waiting sequence that cannot start
 while strictly less urgent ones run (``priority``, bounded by ``max_priority_preemptions``).
 A sequence being admitted starts after the longest prefix the block manager has cached for it.
+Priorities age with the wait (``aging``), for the queue and for preemption alike; a step's
+prefill is cut to what running decodes' TPOT targets leave (``step_targets``), as the step cost
+model (``step_cost``) fitted from the intervals between steps predicts it.
 The scheduler decides and never touches tensors.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections import Counter
 from collections.abc import Iterable
 
+from worker.engine.aging import Aging, Clock
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
-from worker.engine.fair_share import FairShare
+from worker.engine.fair_share import FairShare, capped_tenants
+from worker.engine.held_forks import HeldForks
 from worker.engine.preemption import victim as pick_victim
 from worker.engine.preemption import victims_for
 from worker.engine.prefix_cache import PrefixHit
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
+from worker.engine.step_cost import StepCostModel, StepTimer
 from worker.engine.step_plan import StepPlan
+from worker.engine.step_targets import PrefillAllowance, split_chunks
 from worker.engine.wait_queue import WaitQueue
 from worker.engine.wait_reasons import Blocked, WaitInfo, WaitReason, explain
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+    def __init__(
+        self, config: SchedulerConfig, block_manager: BlockManager, clock: Clock = time.monotonic
+    ) -> None:
         self.config = config
         self.block_manager = block_manager
         self.fair_share = FairShare(config.tenant_weights)
-        self.waiting = WaitQueue(self.fair_share)
+        self.aging = Aging(config.aging_per_s, clock)
+        self.waiting = WaitQueue(self.fair_share, self.aging)
+        self.step_cost = StepCostModel()
+        self._timer = StepTimer(self.step_cost)
+        self.last_allowance: PrefillAllowance | None = None  # of the last step, if it had one
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
         self.preemptions_by_reason: Counter[str] = Counter()
@@ -47,9 +61,7 @@ class Scheduler:
         # Prompt tokens run through the model, over all steps: recomputation after preemption
         # counts again, tokens found in the prefix cache do not.
         self.num_prompt_tokens_computed = 0
-        # A request's other choices (params.n > 1), held until its first choice has computed
-        # the prompt; keyed by that first choice.
-        self._forks: dict[Sequence, list[Sequence]] = {}
+        self._forks = HeldForks()
 
     # -- requests in and out -------------------------------------------------------------------
 
@@ -65,10 +77,11 @@ class Scheduler:
         for s in (seq, *forks):
             s.status = SequenceStatus.WAITING
             self.fair_share.activate(s.tenant)
+            self.aging.arrive(s)
         self.waiting.add(seq)
         bm = self.block_manager
         if forks and bm.prefix_cache is not None and seq.num_prompt_tokens > bm.block_size:
-            self._forks[seq] = forks
+            self._forks.hold(seq, forks)
         else:
             for fork in forks:
                 self.waiting.add(fork)
@@ -78,10 +91,14 @@ class Scheduler:
         if seq.status is SequenceStatus.FINISHED:
             return
         self.fair_share.deactivate(seq.tenant)
+        self.aging.forget(seq)
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
         elif seq.status is SequenceStatus.WAITING:
-            self._unqueue(seq)
+            if seq in self.waiting:
+                self.waiting.remove(seq)
+            else:
+                self._forks.discard(seq)
         self.block_manager.free(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
@@ -89,60 +106,83 @@ class Scheduler:
 
     @property
     def num_unfinished(self) -> int:
-        held = sum(len(forks) for forks in self._forks.values())
-        return len(self.waiting) + len(self.running) + held
-
-    def _unqueue(self, seq: Sequence) -> None:
-        if seq in self.waiting:
-            self.waiting.remove(seq)
-            return
-        for forks in self._forks.values():
-            if seq in forks:
-                forks.remove(seq)
-                return
+        return len(self.waiting) + len(self.running) + len(self._forks)
 
     def _release_forks(self, seq: Sequence) -> None:
         # They share the request's arrival index, so they queue ahead of later arrivals.
-        for fork in self._forks.pop(seq, []):
+        for fork in self._forks.release(seq):
             self.waiting.add(fork)
 
     def wait_info(self) -> dict[str, WaitInfo]:
         """Why each waiting request (by request id) waits, as of the last ``schedule``."""
-        held = [s for forks in self._forks.values() for s in forks]
+        held = self._forks.held()
         return explain(self.waiting, self._blocked, self._capped_tenants(), held)
 
     # -- the step --------------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
+        self.aging.tick()
+        self._timer.begin(self.aging.now, busy=bool(self.running))
         plan = StepPlan(self.config.max_num_batched_tokens)
         preempted: list[Sequence] = []
-        bm = self.block_manager
         # Decodes first: they cost one token each and set every user's time per output token.
         decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
         chunks = [s for s in self.running if s.num_uncomputed_tokens > 1]
-        for seq in decodes + chunks:
+        cfg = self.config
+        self.last_allowance = allowance = PrefillAllowance.for_step(
+            decodes, cfg.tpot_targets_s, self.step_cost.cost, cfg.min_prefill_chunk_tokens
+        )
+        later: list[Sequence] = []  # planned after admission
+        if allowance is not None:
+            head = self.waiting.head(self._capped_tenants())
+            chunks, later = split_chunks(chunks, head, self.aging.key)
+        self._plan_running(decodes + chunks, plan, preempted, allowance)
+        self._blocked = None
+        if not preempted:
+            self._admit(plan, preempted, allowance)
+        self._plan_running(later, plan, preempted, allowance, may_preempt=False)
+        output = SchedulerOutput.build(plan.tokens.items(), preempted)
+        self._timer.planned(output, self.aging.now)
+        return output
+
+    def _plan_running(
+        self,
+        seqs: list[Sequence],
+        plan: StepPlan,
+        preempted: list[Sequence],
+        allowance: PrefillAllowance | None,
+        *,
+        may_preempt: bool = True,
+    ) -> None:
+        bm = self.block_manager
+        for seq in seqs:
             # Read each time: a preemption below can hand back a victim's planned tokens.
             left = plan.tokens_left
             if seq.status is not SequenceStatus.RUNNING or left == 0:
                 continue
             num_new = min(seq.num_uncomputed_tokens, left)
+            if num_new > 1 and allowance is not None:
+                first = allowance.num_tokens == 0  # the oldest prefill always progresses
+                num_new = allowance.grant(seq, num_new, at_least_min=first)
+                if num_new == 0:
+                    continue
             # Most decodes write into their last block: 15 of 16 steps with 16-token blocks.
-            if bm.has_slots(seq, num_new):
-                plan.add(seq, num_new)
-            elif self._make_room(seq, num_new, plan, preempted):
+            if not bm.has_slots(seq, num_new):
+                if not may_preempt and not bm.can_allocate(seq, num_new):
+                    continue
+                if not self._make_room(seq, num_new, plan, preempted):
+                    continue
                 bm.allocate(seq, num_new)
-                plan.add(seq, num_new)
-        self._blocked = None
-        if not preempted:
-            self._admit(plan, preempted)
-        return SchedulerOutput.build(plan.tokens.items(), preempted)
+            plan.add(seq, num_new)
+            if num_new > 1 and allowance is not None:
+                allowance.spend(seq, num_new)
 
     def _make_room(
         self, seq: Sequence, num_new: int, plan: StepPlan, preempted: list[Sequence]
     ) -> bool:
         """Preempt victims until ``seq`` fits; False if ``seq`` itself went."""
         while not self.block_manager.can_allocate(seq, num_new):
-            victim = pick_victim(self.running)
+            victim = pick_victim(self.running, self.aging)
             self._preempt(victim, "kv_cache_full", plan, preempted)
             if victim is seq:
                 return False
@@ -164,18 +204,26 @@ class Scheduler:
         preempted.append(seq)
         self.waiting.add(seq)  # under its original arrival: it keeps its place
 
-    def _admit(self, plan: StepPlan, preempted: list[Sequence]) -> None:
+    def _admit(
+        self, plan: StepPlan, preempted: list[Sequence], allowance: PrefillAllowance | None
+    ) -> None:
         capped = self._capped_tenants()
+        first = True  # the step's first admission always gets a minimum chunk
         while (budget := plan.tokens_left) > 0:
             seq = self.waiting.head(capped)
             if seq is None or seq in preempted:  # never restart a victim in the step it lost
                 return
             hit = self.block_manager.lookup(seq)  # its tokens need no computing
             num_new = min(seq.num_tokens - hit.num_tokens, budget)
+            if allowance is not None:
+                num_new = allowance.grant(seq, num_new, at_least_min=first)
+                if num_new == 0:
+                    self._blocked = Blocked(seq, WaitReason.TPOT_TARGET)
+                    return
             blocker = self._blocker(seq, num_new, hit)
             if blocker is not None:
                 victims = victims_for(
-                    seq, num_new, hit, self.running, self.config, self.block_manager
+                    seq, num_new, hit, self.running, self.config, self.block_manager, self.aging
                 )
                 if not victims:
                     # In order: a later, smaller request must not overtake the head.
@@ -185,6 +233,9 @@ class Scheduler:
                     self._preempt(v, "priority", plan, preempted)
                 continue  # budget and prefix hit may have changed: look again
             self._start(seq, num_new, hit, plan)
+            if allowance is not None:
+                allowance.spend(seq, num_new)
+            first = False
             capped = self._capped_tenants()
         head = self.waiting.head(capped)
         if head is not None:
@@ -214,11 +265,7 @@ class Scheduler:
         return None
 
     def _capped_tenants(self) -> set[str]:
-        cap = self.config.max_running_per_tenant
-        if cap is None:
-            return set()
-        counts = Counter(s.tenant for s in self.running)
-        return {t for t, n in counts.items() if n >= cap}
+        return capped_tenants(self.running, self.config.max_running_per_tenant)
 
     def update(self, output: SchedulerOutput) -> None:
         """After the runner ran ``output``: its scheduled tokens are now computed (and the blocks

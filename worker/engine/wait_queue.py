@@ -1,6 +1,8 @@
-"""The waiting queue: ordered by priority, then tenant fair share, then arrival.
+"""The waiting queue: ordered by effective priority, then tenant fair share, then arrival.
 
-Lower priority numbers are more urgent (vLLM's and Celery's convention). Within one priority the
+Lower priority numbers are more urgent (vLLM's and Celery's convention). The priority levels
+are ordered by the effective priority of each level's next sequence (``Aging``: with aging off,
+the plain priority; with it on, a level's next sequence ages with its wait). Within one priority the
 next sequence comes from the tenant whose virtual counter (``FairShare``) is smallest, and within
 one tenant in arrival order. A preempted sequence goes back under its original arrival index, so
 it keeps its place among its own priority instead of queueing behind later arrivals; a request's
@@ -10,8 +12,10 @@ other choices (n > 1) share its arrival index and so sit right behind it.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Collection, Iterator
 
+from worker.engine.aging import Aging
 from worker.engine.fair_share import FairShare
 from worker.engine.sequence import Sequence
 
@@ -21,8 +25,9 @@ def _order(seq: Sequence) -> tuple[int, int]:
 
 
 class WaitQueue:
-    def __init__(self, fair_share: FairShare) -> None:
+    def __init__(self, fair_share: FairShare, aging: Aging) -> None:
         self.fair_share = fair_share
+        self.aging = aging
         # priority -> tenant -> that tenant's sequences, sorted by (arrival, choice index)
         self._bands: dict[int, dict[str, list[Sequence]]] = {}
         self._len = 0
@@ -43,25 +48,27 @@ class WaitQueue:
                 del self._bands[seq.priority]
 
     def head(self, skip_tenants: Collection[str] = ()) -> Sequence | None:
-        """The sequence to admit next: most urgent priority, then the least-served tenant (ties
-        to the earliest arrival), skipping tenants in ``skip_tenants`` (at their running cap)."""
-        for priority in sorted(self._bands):
-            heads = [q[0] for t, q in self._bands[priority].items() if t not in skip_tenants]
-            if heads:
-                counter = self.fair_share.counter
-                return min(heads, key=lambda s: (counter(s.tenant), _order(s)))
-        return None
-
-    def most_urgent_priority(self) -> int | None:
-        return min(self._bands) if self._bands else None
+        """The sequence to admit next: of each priority's least-served tenant's first sequence
+        (ties to the earliest arrival), skipping tenants in ``skip_tenants`` (at their running
+        cap), the one of the most urgent effective priority (``Aging.key``)."""
+        counter = self.fair_share.counter
+        heads = []
+        for tenants in self._bands.values():
+            firsts = [q[0] for t, q in tenants.items() if t not in skip_tenants]
+            if firsts:
+                heads.append(min(firsts, key=lambda s: (counter(s.tenant), _order(s))))
+        return min(heads, key=self.aging.key) if heads else None
 
     def __iter__(self) -> Iterator[Sequence]:
-        """Every waiting sequence in admission order as of now (counters frozen)."""
+        """Every waiting sequence in admission order as of now (counters and ages frozen):
+        each priority's sequences in fair-share order, merged as ``head`` picks them."""
         counter = self.fair_share.counter
-        for priority in sorted(self._bands):
-            tenants = self._bands[priority]
+        levels = []
+        for tenants in self._bands.values():
             merged = [s for queue in tenants.values() for s in queue]
-            yield from sorted(merged, key=lambda s: (counter(s.tenant), _order(s)))
+            levels.append(sorted(merged, key=lambda s: (counter(s.tenant), _order(s))))
+        # heapq.merge yields the smallest of the levels' current heads, as head() does.
+        yield from heapq.merge(*levels, key=self.aging.key)
 
     def __len__(self) -> int:
         return self._len

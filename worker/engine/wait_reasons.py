@@ -16,10 +16,14 @@ from worker.engine.sequence import Sequence
 
 class WaitReason(enum.StrEnum):
     BEHIND_HIGHER_PRIORITY = "behind_higher_priority"  # a more urgent request waits too
+    # A request of a less urgent priority that has waited long enough to go first (aging).
+    BEHIND_OLDER_REQUEST = "behind_older_request"
     NO_BATCH_SLOT = "no_batch_slot"  # the running batch holds max_num_seqs sequences
     KV_CACHE_FULL = "kv_cache_full"  # not enough free KV blocks for its next chunk
     TENANT_CAP = "tenant_cap"  # its tenant runs max_running_per_tenant sequences already
     STEP_BUDGET = "step_budget"  # this step's token budget went to others; next step
+    # This step's prefill was cut so running decodes meet their band's TPOT target; next step.
+    TPOT_TARGET = "tpot_target"
     SHARED_PROMPT = "shared_prompt"  # an n > 1 choice waiting for choice 0 to compute the prompt
     COMPILING_GRAMMAR = "compiling_grammar"  # its structure constraint compiles off the loop
 
@@ -65,4 +69,6 @@ def _reason(seq: Sequence, blocked: Blocked | None, capped_tenants: set[str]) ->
         return WaitReason.STEP_BUDGET
     if blocked.seq.priority < seq.priority:
         return WaitReason.BEHIND_HIGHER_PRIORITY
+    if blocked.seq.priority > seq.priority:  # it is ahead only by its age
+        return WaitReason.BEHIND_OLDER_REQUEST
     return blocked.reason

@@ -1,0 +1,146 @@
+"""What a step costs: a linear model of step time, fitted online from the engine's own steps.
+
+A step's time is modelled as
+
+    base_s + per_decode_s * decodes + per_prefill_token_s * prefill tokens
+           + per_context_token_s * context tokens
+
+where the context tokens are the K/V positions the step's attention reads, summed over its
+sequences (a decode at position 2,000 reads 2,000; a 512-token chunk after 1,536 computed tokens
+reads 2,048). The coefficients are a least-squares fit over recent steps, exponentially weighted
+(half-life ``HALF_LIFE_STEPS``) so that it follows the machine as its load changes, and pulled
+toward a prior (``PRIOR``, worth ``PRIOR_WEIGHT_STEPS`` steps) so that the first steps, and a
+term the recent steps say nothing about (no prefill for a while), keep a sane value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import astuple, dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+
+# About 10 s of steps on a 2-core CPU (~150 ms a step), well under a second on an H200: long
+# enough to average out one slow step, short enough to follow a neighbour's load.
+HALF_LIFE_STEPS = 64
+# The prior counts as 0.05 of a step in each direction (features scaled by ``_SCALE``): the
+# machine's own steps outweigh it from the first one on, except along a term they do not vary
+# (no prefill for a while). At 2 it shrank a 300-step fit by 14% (test_sched_step_cost.py).
+PRIOR_WEIGHT_STEPS = 0.05
+
+
+class StepFeatures(NamedTuple):
+    """What a step computes, as the model sees it."""
+
+    num_decodes: int
+    num_prefill_tokens: int
+    num_context_tokens: int  # K/V positions attention reads, summed over the step's sequences
+
+    @classmethod
+    def of(cls, scheduled: Iterable[ScheduledSequence]) -> StepFeatures:
+        decodes = prefill = context = 0
+        for item in scheduled:
+            n = item.num_scheduled_tokens
+            context += item.num_computed_tokens + n
+            if n == 1:
+                decodes += 1
+            else:
+                prefill += n
+        return cls(decodes, prefill, context)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """The model's coefficients (seconds); ``predict_s`` applies them."""
+
+    base_s: float
+    per_decode_s: float
+    per_prefill_token_s: float
+    per_context_token_s: float
+
+    def predict_s(self, f: StepFeatures) -> float:
+        return (
+            self.base_s
+            + self.per_decode_s * f.num_decodes
+            + self.per_prefill_token_s * f.num_prefill_tokens
+            + self.per_context_token_s * f.num_context_tokens
+        )
+
+
+# SmolLM2-135M in fp32 on 2 cores of the AVX-512 Xeon (BENCHMARKS.md, CPU throughput at full
+# scale): a one-row decode step ~40 ms of projections, ~1.5 ms more per row up to 16 rows, a
+# 512-token chunk ~0.4 s (0.75 ms a token), decode attention ~8 GB/s over 46 KB of K/V a token
+# (~6 us a context token). A GPU's steps are 10-100x cheaper: the fit gets there within a few
+# steps, and until then chunks are only smaller than they need be.
+PRIOR = StepCost(
+    base_s=0.040, per_decode_s=0.0015, per_prefill_token_s=0.00075, per_context_token_s=6e-6
+)
+# Typical magnitudes of each term's feature, so the prior weighs about equally on each.
+_SCALE = np.array([1.0, 64.0, 512.0, 65536.0])
+
+
+def _row(f: StepFeatures) -> np.ndarray:
+    return np.array([1.0, *f]) / _SCALE
+
+
+class StepCostModel:
+    """Exponentially weighted ridge regression of step time on ``StepFeatures``."""
+
+    def __init__(self, prior: StepCost = PRIOR, half_life_steps: float = HALF_LIFE_STEPS) -> None:
+        self.prior = prior
+        self._decay = 0.5 ** (1.0 / half_life_steps)
+        self._prior_beta = np.array(astuple(prior)) * _SCALE  # in the scaled features' units
+        self._xtx = np.zeros((4, 4))
+        self._xty = np.zeros(4)
+        self._cost: StepCost | None = prior
+        self.num_steps = 0  # steps observed
+        self.last_step_s = 0.0
+        self.last_predicted_s = 0.0  # what the model said of that step before it ran
+
+    def observe(self, features: StepFeatures, step_s: float) -> None:
+        """One step's measured time."""
+        self.last_predicted_s = self.cost.predict_s(features)
+        self.last_step_s = step_s
+        x = _row(features)
+        self._xtx = self._decay * self._xtx + np.outer(x, x)
+        self._xty = self._decay * self._xty + x * step_s
+        self.num_steps += 1
+        self._cost = None  # refitted when next asked
+
+    @property
+    def cost(self) -> StepCost:
+        """The current coefficients, each at least 0 (a negative cost would promise room that
+        is not there)."""
+        if self._cost is None:
+            ridge = PRIOR_WEIGHT_STEPS * np.eye(4)
+            beta = np.linalg.solve(self._xtx + ridge, self._xty + ridge @ self._prior_beta)
+            coefficients = np.maximum(beta, 0.0) / _SCALE
+            self._cost = StepCost(*(float(c) for c in coefficients))
+        return self._cost
+
+    def predict_s(self, features: StepFeatures) -> float:
+        return self.cost.predict_s(features)
+
+
+class StepTimer:
+    """Feeds the model the time from one step's schedule to the next's: what the step's decodes'
+    users waited for their token (forward, sampling, text, publishing), on either engine loop."""
+
+    def __init__(self, model: StepCostModel) -> None:
+        self.model = model
+        self._last: tuple[StepFeatures, float] | None = None  # the last step, when it began
+
+    def begin(self, now_s: float, busy: bool) -> None:
+        """A schedule begins; ``busy``: a sequence kept running since the last one (if not,
+        the engine may have idled in between, and the interval is no step's time)."""
+        if self._last is not None and busy:
+            features, began_s = self._last
+            self.model.observe(features, now_s - began_s)
+        self._last = None
+
+    def planned(self, output: SchedulerOutput, now_s: float) -> None:
+        if not output.is_empty:
+            self._last = (StepFeatures.of(output.scheduled), now_s)

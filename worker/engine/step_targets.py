@@ -1,0 +1,105 @@
+"""Per-band TPOT targets: how much prefill one step may carry so running decodes stay on time.
+
+Every running decode waits for the whole step, so a step that carries a 512-token chunk of a
+long prompt (~0.4 s on a 2-core CPU) sets every running chat's time per output token. Each step
+the scheduler finds the most demanding target among the bands of its running decodes and gives
+prefill only the seconds the step cost model (``step_cost``) says are left under it. With no
+decode of a band that has a target, a step keeps the whole token budget (offline throughput is
+unchanged). Whatever the target, the oldest running prefill and the first admission of a step
+get at least ``min_chunk_tokens`` each, so a long prompt always makes progress (a stream of chats
+cannot starve it) and a new job always starts (a long prompt cannot hold back every chat).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+from producer.keys import BANDS, band_of
+from worker.engine.sequence import Sequence
+from worker.engine.step_cost import StepCost, StepFeatures
+
+
+class PrefillAllowance:
+    """The seconds of prefill one step has left under its decodes' target."""
+
+    def __init__(self, cost: StepCost, left_s: float, min_chunk_tokens: int) -> None:
+        self.cost = cost
+        self.left_s = left_s
+        self.min_chunk_tokens = min_chunk_tokens
+        self.num_tokens = 0  # prefill tokens granted in this step
+        self.target_s = 0.0  # the target this step is sized to (set by ``for_step``)
+
+    @classmethod
+    def for_step(
+        cls,
+        decodes: Iterable[Sequence],
+        targets_s: Mapping[str, float],
+        cost: StepCost,
+        min_chunk_tokens: int,
+    ) -> PrefillAllowance | None:
+        """The allowance of a step whose decodes are ``decodes``; None when none of them is
+        of a band with a target (the step keeps its whole token budget)."""
+        target_s = math.inf
+        num_decodes = context = 0
+        for seq in decodes:
+            num_decodes += 1
+            context += seq.num_tokens
+            target_s = min(target_s, targets_s.get(band_of(seq.priority), math.inf))
+        if target_s == math.inf:
+            return None
+        decode_s = cost.predict_s(StepFeatures(num_decodes, 0, context))
+        allowance = cls(cost, target_s - decode_s, min_chunk_tokens)
+        allowance.target_s = target_s
+        return allowance
+
+    def grant(self, seq: Sequence, wanted: int, *, at_least_min: bool = False) -> int:
+        """Tokens of ``seq``'s next ``wanted`` that fit; ``at_least_min``: at least
+        ``min_chunk_tokens`` (or ``wanted``) whatever fits. 0: none fit this step."""
+        # A chunk of n tokens after s computed ones costs n * per_prefill + (s + n) * per_context.
+        c = self.cost
+        per_token_s = c.per_prefill_token_s + c.per_context_token_s
+        fixed_s = c.per_context_token_s * seq.num_computed_tokens
+        room = self.left_s - fixed_s
+        if per_token_s > 0:
+            # The epsilon keeps 0.036 / 0.001 from flooring to 35 on its last bit.
+            fits = max(0, int(room / per_token_s + 1e-9)) if room > 0 else 0
+        else:
+            fits = wanted
+        if at_least_min:
+            fits = max(fits, self.min_chunk_tokens)
+        return min(wanted, fits)
+
+    def spend(self, seq: Sequence, num_tokens: int) -> None:
+        """``seq`` was planned ``num_tokens`` of prefill (its computed tokens not yet moved)."""
+        c = self.cost
+        self.left_s -= c.per_prefill_token_s * num_tokens + c.per_context_token_s * (
+            seq.num_computed_tokens + num_tokens
+        )
+        self.num_tokens += num_tokens
+
+
+def parse_tpot_targets(text: str) -> dict[str, float]:
+    """``--tpot-target-ms`` (``interactive=150,default=400``; ``off``: none) as milliseconds
+    by band."""
+    if text.strip().lower() in ("", "off", "none"):
+        return {}
+    targets = {}
+    for item in text.split(","):
+        band, sep, value = item.strip().partition("=")
+        if not sep or band not in BANDS:
+            raise ValueError(f"--tpot-target-ms takes BAND=MS with BAND in {BANDS}, got {item!r}")
+        targets[band] = float(value)
+    return targets
+
+
+def split_chunks(
+    chunks: list[Sequence], head: Sequence | None, key: Callable[[Sequence], tuple[float, int]]
+) -> tuple[list[Sequence], list[Sequence]]:
+    """Running prefills planned before admission, and after it: under a target the waiting
+    ``head`` goes before less urgent prefills (by ``key``), all but the oldest (``chunks[0]``),
+    so that a new chat is not held back by batch prompts."""
+    if head is None:
+        return chunks, []
+    later = [s for s in chunks[1:] if key(s) > key(head)]
+    return [s for s in chunks if s not in later], later
