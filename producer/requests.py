@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from producer.admission import RETRY_AFTER_S, estimate_cost_tokens
 from producer.errors import InvalidJob, JobCancelled, JobExpired, JobFailed, Overloaded
 from producer.keys import Keys, band_of
+from producer.messages import ToolSpec
 from producer.protocol import (
     MAX_PAYLOAD_BYTES,
     CancelledEvent,
@@ -25,6 +26,7 @@ from producer.protocol import (
     parse_priority,
 )
 from producer.results import JobResult
+from producer.structured import structure_of
 
 DEFAULT_RESULT_TTL_S = 24 * 3600  # Celery's result_expires default: a day
 READ_BLOCK_MS = 1000  # one XREAD waits this long before the caller's timeout is checked again
@@ -34,7 +36,7 @@ READ_COUNT = 512
 def build_spec(
     prompt: str | None = None,
     *,
-    messages: Sequence[Mapping[str, str] | ChatMessage] | None = None,
+    messages: Sequence[Mapping[str, Any] | ChatMessage] | None = None,
     prompt_token_ids: Sequence[int] | None = None,
     sampling: SamplingSpec | Mapping[str, Any] | None = None,
     job_id: str | None = None,
@@ -44,19 +46,29 @@ def build_spec(
     deadline_s: float | None = None,
     metadata: Mapping[str, Any] | None = None,
     cache_salt: str | None = None,
+    tools: Sequence[Mapping[str, Any] | ToolSpec] | None = None,
+    json_schema: Any = None,
+    regex: str | None = None,
+    choice: Sequence[str] | None = None,
+    grammar: str | None = None,
     **sampling_kwargs: Any,
 ) -> JobSpec:
     """A validated JobSpec from keyword arguments; sampling fields may be given flat
     (``max_tokens=32``) or as ``sampling``. ``deadline_s`` is relative to now. ``priority`` is
     an int or an alias (``protocol.PRIORITY_ALIASES``: interactive, default, batch).
-    ``cache_salt``: only jobs with the same salt share cached prompt blocks (``JobSpec``)."""
+    ``cache_salt``: only jobs with the same salt share cached prompt blocks (``JobSpec``).
+    ``tools``: OpenAI function tools, rendered with ``messages`` (``producer.messages``).
+    At most one of ``json_schema`` (a dict or a Pydantic model class), ``regex``, ``choice``
+    (a list of strings), ``grammar`` (EBNF) constrains the output (``producer.structured``)."""
     if priority is not None:
         try:
             priority = parse_priority(priority)
         except ValueError as exc:
             raise InvalidJob(f"invalid job: priority: {exc}") from None
-    base = sampling.model_dump() if isinstance(sampling, SamplingSpec) else dict(sampling or {})
-    fields: dict[str, Any] = {"sampling": {**base, **sampling_kwargs}}
+    if tools is not None and messages is None:
+        raise InvalidJob("invalid job: tools: give messages, which the tools are rendered with")
+    structure = structure_of(json_schema=json_schema, regex=regex, choice=choice, grammar=grammar)
+    fields: dict[str, Any] = {"sampling": _sampling(sampling, sampling_kwargs, structure)}
     if deadline_s is not None:
         deadline = time.time() + deadline_s
     optional = {
@@ -69,12 +81,28 @@ def build_spec(
         "deadline": deadline,
         "metadata": dict(metadata) if metadata is not None else None,
         "cache_salt": cache_salt,
+        "tools": tools,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     try:
         return JobSpec.model_validate(fields)
     except ValidationError as exc:
         raise InvalidJob(validation_message(exc)) from exc
+
+
+def _sampling(
+    sampling: SamplingSpec | Mapping[str, Any] | None,
+    flat: Mapping[str, Any],
+    structure: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The sampling fields: ``sampling``'s, then the flat ones, then the structure keyword's."""
+    base = sampling.model_dump() if isinstance(sampling, SamplingSpec) else dict(sampling or {})
+    merged = {**base, **flat}
+    if structure is not None:
+        if merged.get("structure") is not None:
+            raise InvalidJob("invalid job: give structure or one of its keywords, not both")
+        merged["structure"] = structure
+    return merged
 
 
 def validation_message(exc: ValidationError) -> str:

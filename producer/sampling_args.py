@@ -1,5 +1,7 @@
 """The sampling flags of ``paternoster generate`` and ``submit``: ``SamplingSpec``'s fields, with
-its defaults except where the command line deliberately differs (``CLI_SAMPLING_DEFAULTS``)."""
+its defaults except where the command line deliberately differs (``CLI_SAMPLING_DEFAULTS``), and
+the structure flags (``--json-schema FILE | --regex R | --choice A --choice B | --grammar FILE``)
+that become its ``structure`` constraint (``producer.structured``)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,16 @@ import argparse
 from typing import Any
 
 from producer.protocol import SamplingSpec
+from producer.structured import read_grammar_file, read_schema_file, structure_of
 
 # The command line samples greedily and longer than the library (``SamplingSpec``: 16 tokens
 # at temperature 1.0): a person typing a prompt wants a readable answer that a second run
 # repeats. These are the only defaults the flags do not take from ``SamplingSpec``; the flags'
 # --help and the README say so.
 CLI_SAMPLING_DEFAULTS: dict[str, Any] = {"max_tokens": 64, "temperature": 0.0}
+# SamplingSpec's float fields the command line passes as they are, each flag its name
+# (``--presence-penalty``); their ranges are the spec's, checked when the job is built.
+_FLOAT_FIELDS = ("presence_penalty", "frequency_penalty", "repetition_penalty")
 
 
 def _default(name: str) -> Any:
@@ -60,6 +66,46 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "-n", "--n", type=int, default=_default("n"), help="independent choices per prompt"
     )
+    for name in _FLOAT_FIELDS:
+        g.add_argument(f"--{name.replace('_', '-')}", type=float, default=_default(name))
+    g.add_argument(
+        "--logit-bias",
+        action="append",
+        type=_bias,
+        default=[],
+        metavar="ID=BIAS",
+        help="add BIAS (-100..100) to token ID's logit (repeatable)",
+    )
+    _add_structure_arguments(parser)
+
+
+def _add_structure_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("structure (at most one: the output must match it)")
+    one = g.add_mutually_exclusive_group()
+    one.add_argument("--json-schema", metavar="FILE", help="JSON that validates against FILE")
+    one.add_argument("--regex", metavar="R", help="text that matches R in full")
+    one.add_argument(
+        "--choice", action="append", metavar="TEXT", help="exactly one of the choices (repeat)"
+    )
+    one.add_argument("--grammar", metavar="FILE", help="a sentence of FILE's EBNF grammar")
+
+
+def _bias(text: str) -> tuple[int, float]:
+    token, sep, bias = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return int(token), float(bias)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ID=BIAS, e.g. 50256=-100, not {text}") from None
+
+
+def structure_field(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The structure flags as ``SamplingSpec.structure`` (files read here: InvalidJob when one
+    cannot be read)."""
+    schema = None if args.json_schema is None else read_schema_file(args.json_schema)
+    grammar = None if args.grammar is None else read_grammar_file(args.grammar)
+    return structure_of(json_schema=schema, regex=args.regex, choice=args.choice, grammar=grammar)
 
 
 def sampling_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -77,4 +123,7 @@ def sampling_fields(args: argparse.Namespace) -> dict[str, Any]:
         "stop_token_ids": tuple(args.stop_token_ids),
         "logprobs": args.logprobs,
         "n": args.n,
+        **{name: getattr(args, name) for name in _FLOAT_FIELDS},
+        "logit_bias": dict(args.logit_bias) or None,
+        "structure": structure_field(args),
     }

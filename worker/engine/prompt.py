@@ -7,11 +7,17 @@ checks run as part of ``engine_request.validate_request``, a request's one admis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-Messages = Sequence[dict[str, str]]
+from pydantic import ValidationError
+
+from producer.messages import ChatMessage, ToolSpec
+from worker.engine.chat_tools import template_arguments
+
+# Chat messages as the engine takes them: the job's models, or dicts of their fields.
+Messages = Sequence[Mapping[str, Any] | ChatMessage]
 
 
 class InvalidRequestError(ValueError):
@@ -22,13 +28,30 @@ class PromptTooLongError(InvalidRequestError):
     """The prompt leaves no room for a generated token in the model's context."""
 
 
-def encode_prompt(tokenizer: Any, prompt: str | Messages, model_dir: Path | str = "") -> list[int]:
-    """Token ids of a prompt; chat messages go through the model's chat template."""
+def encode_prompt(
+    tokenizer: Any,
+    prompt: str | Messages,
+    model_dir: Path | str = "",
+    tools: Sequence[ToolSpec] | None = None,
+) -> list[int]:
+    """Token ids of a prompt; chat messages (and the function ``tools`` they may call) go
+    through the model's chat template (``chat_tools``: its own tool rendering when it has one,
+    else the generic template)."""
     if isinstance(prompt, str):
+        if tools:
+            raise InvalidRequestError("tools are rendered with chat messages: send messages")
         return list(tokenizer.encode(prompt))
     if not getattr(tokenizer, "chat_template", None):
         raise InvalidRequestError(f"{model_dir or 'the model'} has no chat template: send a prompt")
-    text = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
+    try:
+        messages = [m if isinstance(m, ChatMessage) else ChatMessage.model_validate(m)
+                    for m in prompt]  # fmt: skip
+    except ValidationError as exc:
+        raise InvalidRequestError(f"invalid chat message: {exc.errors()[0]['msg']}") from None
+    conversation, template_tools = template_arguments(tokenizer, messages, tools)
+    text = tokenizer.apply_chat_template(
+        conversation, tools=template_tools, add_generation_prompt=True, tokenize=False
+    )
     # The template already holds BOS and the role markers: add no special tokens again.
     return list(tokenizer.encode(text, add_special_tokens=False))
 

@@ -110,11 +110,13 @@ def _no_constant(name: str) -> float:
 
 
 def _prompt_ids(spec: JobSpec, limits: PromptLimits) -> list[int]:
+    if spec.tools is not None and spec.messages is None:
+        raise InvalidRequestError("tools are rendered with chat messages: give messages")
     if spec.prompt_token_ids is not None:
         return list(spec.prompt_token_ids)
     _check_prompt_bytes(spec, limits)
     if spec.messages is not None:
-        return encode_prompt(limits.tokenizer, [m.model_dump() for m in spec.messages])
+        return encode_prompt(limits.tokenizer, spec.messages, tools=spec.tools)
     return encode_prompt(limits.tokenizer, spec.prompt or "")
 
 

@@ -1,0 +1,101 @@
+"""Chat messages and function tools into a chat template's arguments (``prompt.encode_prompt``).
+
+A template that knows tools (it names ``tools``, as Qwen's, Llama 3.1's, Hermes's and Mistral's
+do) gets them as ``apply_chat_template(..., tools=...)``, and past calls as its ``tool_calls``
+with the arguments as data, as Hugging Face's templates expect. A template that does not (the
+bundled SmolLM2's) would drop them silently, so the generic template takes over: the tools go
+into the system message as JSON with the calling convention (``producer.messages``, Hermes's
+``<tool_call>`` format), a past call becomes the assistant's text in that format, and a tool's
+answer a user message between ``<tool_response>`` tags, which every template can render.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from producer.messages import (
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
+    ChatMessage,
+    ToolSpec,
+    arguments_value,
+    tool_call_text,
+)
+
+# The generic template's instructions, ahead of the tools' JSON (one function a line).
+GENERIC_TOOLS_HEADER = (
+    "You can call functions to help answer. Each function is described by a JSON object "
+    "on its own line between <tools> and </tools>:"
+)
+GENERIC_TOOLS_FOOTER = (
+    "To call a function, answer with one block per call, holding a JSON object with the "
+    f"function's name and its arguments:\n{TOOL_CALL_OPEN}\n"
+    '{"name": "<function name>", "arguments": {<arguments as a JSON object>}}\n'
+    f"{TOOL_CALL_CLOSE}\nA function's result comes back between {TOOL_RESPONSE_OPEN} and "
+    f"{TOOL_RESPONSE_CLOSE}."
+)
+
+
+def template_knows_tools(tokenizer: Any) -> bool:
+    """Whether the model's chat template renders ``tools`` (a template that never names them
+    would ignore the argument)."""
+    template = getattr(tokenizer, "chat_template", None)
+    templates = template.values() if isinstance(template, Mapping) else [template]
+    return any(isinstance(t, str) and "tools" in t for t in templates)
+
+
+def native_message(message: ChatMessage) -> dict[str, Any]:
+    """A message as a tool-aware Hugging Face template reads it."""
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls is not None:
+        out["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {
+                    "name": call.function.name,
+                    "arguments": arguments_value(call.function.arguments),
+                },
+            }
+            for call in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def generic_message(message: ChatMessage) -> dict[str, str]:
+    """A message in the generic template: plain role and text, whatever it carried."""
+    if message.role == "tool":
+        text = f"{TOOL_RESPONSE_OPEN}\n{message.content}\n{TOOL_RESPONSE_CLOSE}"
+        return {"role": "user", "content": text}
+    calls = [tool_call_text(call.function) for call in message.tool_calls or ()]
+    content = "\n".join(([message.content] if message.content else []) + calls)
+    return {"role": message.role, "content": content}
+
+
+def generic_tools_text(tools: Sequence[ToolSpec]) -> str:
+    lines = [json.dumps(t.model_dump(mode="json", exclude_none=True), ensure_ascii=False)
+             for t in tools]  # fmt: skip
+    return "\n".join([GENERIC_TOOLS_HEADER, "<tools>", *lines, "</tools>", GENERIC_TOOLS_FOOTER])
+
+
+def template_arguments(
+    tokenizer: Any, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The ``conversation`` and ``tools`` to give ``apply_chat_template``."""
+    if template_knows_tools(tokenizer):
+        native_tools = None if not tools else [t.model_dump(mode="json") for t in tools]
+        return [native_message(m) for m in messages], native_tools
+    rendered: list[dict[str, Any]] = [generic_message(m) for m in messages]
+    if tools:
+        block = generic_tools_text(tools)
+        if rendered and rendered[0]["role"] == "system":
+            rendered[0] = {"role": "system", "content": f"{rendered[0]['content']}\n\n{block}"}
+        else:
+            rendered.insert(0, {"role": "system", "content": block})
+    return rendered, None
