@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from gateway import jobs, openai_api
+from gateway import batch_api, files_api, jobs, openai_api
 from gateway.bodies import BodyLimit
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
@@ -40,5 +40,7 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_body_bytes=config.max_body_bytes)
     app.include_router(jobs.router)
     app.include_router(openai_api.router)
+    app.include_router(files_api.router)  # the Batch API's files
+    app.include_router(batch_api.router)  # its lifespan starts the batch runner
     app.include_router(status_router)  # /status page and /v1/status
     return app

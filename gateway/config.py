@@ -14,6 +14,9 @@ from producer.protocol import MAX_PAYLOAD_BYTES
 from producer.reconnect import DEFAULT_RECONNECT, ReconnectPolicy
 
 DEFAULT_MODEL_NAME = "paternoster"
+# Four times the protocol's payload limit (1 MiB: 4 MiB): JSON escapes (`\u00e9` is 6 bytes, 2
+# in UTF-8) and whitespace can make the body of an admissible job that much larger.
+DEFAULT_MAX_BODY_BYTES = 4 * MAX_PAYLOAD_BYTES
 
 
 @dataclass(frozen=True)
@@ -35,14 +38,29 @@ class GatewayConfig:
     # How long a stream rides out a Redis outage before it ends with a redis_unavailable
     # error event; requests that are not streams answer 503 at once.
     reconnect: ReconnectPolicy = DEFAULT_RECONNECT
-    # A request body past this is a 413, refused before it is read whole or parsed. Four times
-    # the protocol's payload limit (1 MiB: 4 MiB): JSON escapes (`\u00e9` is 6 bytes, 2 in
-    # UTF-8) and whitespace can make the body of an admissible job that much larger.
-    max_body_bytes: int = 4 * MAX_PAYLOAD_BYTES
+    # A request body past this is a 413, refused before it is read whole or parsed.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # The Batch API (docs/gateway.md#batch-api). Files' bytes live in Redis, or in this
+    # directory when set (their objects stay in Redis either way).
+    files_dir: str | None = None
+    # One uploaded file at most. An upload is also a request body: with framing, a file this
+    # large needs max_body_bytes raised by a few hundred bytes. A batch's output is not capped
+    # by it (its lines, times their max_tokens, bound it; losing results would be worse).
+    max_file_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # How long a file lives: OpenAI's default for purpose=batch files, 30 days; an upload's
+    # expires_after may shorten it. A batch's object lives this long after it ends.
+    files_ttl_s: int = 30 * 24 * 3600
+    batch_runner: bool = True  # drive batches in this process (any number of gateways may)
+    # A batch's jobs submitted and not yet finished, at most: 256 fills four workers' default
+    # 64-sequence batch, while the rest of a 50,000-line file waits for its turn in the gateway
+    # (behind interactive traffic, as its jobs are of the batch band) and not in Redis.
+    batch_window: int = 256
+    batch_poll_s: float = 0.5  # how often a runner looks at its batches and their jobs
 
     def __post_init__(self) -> None:
-        if self.max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes must be at least 1, not {self.max_body_bytes}")
+        for name in ("max_body_bytes", "max_file_bytes", "files_ttl_s", "batch_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         check_distinct_tags(self.tokens.values())  # behind auth, tenants' ids must not meet
 
     @property
