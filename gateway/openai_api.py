@@ -19,6 +19,7 @@ from gateway.config import GatewayConfig
 from gateway.errors import ApiError
 from gateway.events import SSE_HEADERS
 from gateway.jobs import jobs_of
+from gateway.openai_logprobs import read_logprobs
 from gateway.openai_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from gateway.openai_stream import Shape, openai_sse
 from producer import JobTimeout
@@ -51,7 +52,7 @@ async def completions(
     body: CompletionRequest, request: Request, who: CallerDep, keep: KeepHeader = None
 ) -> Any:
     """Text completion of one prompt; ``stream: true`` for SSE chunks ending ``[DONE]``."""
-    return await run_openai(request, who, body, body.prompt_fields(), body.max_tokens, keep, False)
+    return await run_openai(request, who, body, body.prompt_fields(), body.token_limit, keep)
 
 
 @router.post("/chat/completions", responses=STREAM_RESPONSES)
@@ -59,7 +60,7 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request, who: CallerDep, keep: KeepHeader = None
 ) -> Any:
     """Chat completion through the model's chat template; ``stream: true`` for SSE chunks."""
-    return await run_openai(request, who, body, body.prompt_fields(), body.token_limit, keep, True)
+    return await run_openai(request, who, body, body.prompt_fields(), body.token_limit, keep)
 
 
 async def run_openai(
@@ -69,7 +70,6 @@ async def run_openai(
     prompt: dict[str, Any],
     max_tokens: int | None,
     keep: str | None,
-    chat: bool,
 ) -> Any:
     """Submit the job, then stream its chunks or wait for its whole response."""
     config: GatewayConfig = request.app.state.config
@@ -78,7 +78,7 @@ async def run_openai(
     tenant = who.tenant_for(body.user)
     spec = build_spec(**prompt, job_id=jobs.new_job_id(None), tenant=tenant, **sampling)
     job_id, _ = await jobs.submit(spec)  # a fresh random id: always created
-    shape = Shape(job_id, body.model or config.model_name, chat)
+    shape = Shape.of(body, job_id, config.model_name)
     headers = {"X-Paternoster-Job-Id": job_id}
     if body.stream:
         frames = openai_sse(
@@ -97,4 +97,5 @@ async def run_openai(
     except JobTimeout as exc:
         await jobs.cancel(job_id)  # nobody will read it now
         raise ApiError(504, str(exc), type_="timeout", code="timeout", job_id=job_id) from exc
-    return JSONResponse(shape.whole(result), headers=headers)
+    logprobs = await read_logprobs(jobs.producer, spec.id) if shape.logprobs else None
+    return JSONResponse(shape.whole(result, logprobs), headers=headers)

@@ -1,10 +1,14 @@
 """OpenAI's request bodies, and how their parameters become one job's fields.
 
-Parameters we can honour map onto ``SamplingSpec``; ones we cannot (penalties, ``echo``,
-``suffix``, logprobs) are refused with a 422 that names them rather than silently ignored, so a
-client never believes it got behaviour it did not. Unknown fields are ignored, as OpenAI's SDKs
-send new ones before servers know them. Numbers are strict, as on the wire (``WireInt``):
-``"max_tokens": true`` or ``"2"`` is a 422, not 1 or 2.
+Parameters we can honour map onto ``SamplingSpec`` (whose ranges apply: a value out of them is
+a 422 naming ``sampling.<field>``), ``response_format`` onto its ``structure`` constraint, and
+``tools`` / ``tool_choice`` onto the job's tools and, for ``required`` or a named function, a
+constraint on the call's JSON (``openai_tools``). Ones we cannot (``echo``, ``suffix``,
+``best_of`` other than ``n``, legacy ``functions``, vLLM's ``guided_*``) are refused with a
+422 that names them rather than silently ignored, so a client never believes it got behaviour
+it did not. Other unknown fields are ignored, as OpenAI's SDKs send new ones before servers
+know them. Numbers are strict, as on the wire (``WireInt``): ``"max_tokens": true`` or ``"2"``
+is a 422, not 1 or 2.
 """
 
 from __future__ import annotations
@@ -14,7 +18,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import ApiError
+from gateway.openai_tools import ChatTools, ResponseFormat, ToolCallIn
 from producer.protocol import MAX_CHOICES, WireBool, WireFloat, WireInt
+
+# SamplingSpec's fields a request passes through under the same name (vLLM's extras among
+# them: repetition_penalty, top_k, min_p); their ranges are the spec's.
+PASSED_THROUGH = (
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "top_k",
+    "min_p",
+)
+# Known parameters nothing here honours: refused by name, never ignored.
+REFUSED_EXTRAS = ("functions", "function_call", "guided_json", "guided_regex", "guided_choice",
+                  "guided_grammar", "guided_decoding_backend")  # fmt: skip
 
 
 class StreamOptions(BaseModel):
@@ -38,23 +57,36 @@ class OpenAIRequest(BaseModel):
     user: str | None = Field(default=None, description="the job's tenant when auth is off")
     presence_penalty: WireFloat | None = None
     frequency_penalty: WireFloat | None = None
+    repetition_penalty: WireFloat | None = Field(default=None, description="vLLM's extra")
+    logit_bias: dict[str, WireFloat] | None = Field(
+        default=None, description="token id (as a string) -> bias added to its logit"
+    )
+    top_k: WireInt | None = Field(default=None, description="vLLM's extra")
+    min_p: WireFloat | None = Field(default=None, description="vLLM's extra")
+    response_format: ResponseFormat | None = None
 
     def unsupported(self) -> list[str]:
         """Names of the parameters given with a value this gateway cannot honour."""
-        names = [
-            name
-            for name in ("presence_penalty", "frequency_penalty")
-            if getattr(self, name) not in (None, 0, 0.0)
-        ]
-        if self.model_extra:
-            names += [k for k in ("logit_bias", "tools", "functions") if self.model_extra.get(k)]
-        return names
+        extra = self.model_extra or {}
+        return [k for k in REFUSED_EXTRAS if extra.get(k) is not None]
+
+    def structure(self) -> dict[str, Any] | None:
+        """The output's constraint: ``response_format``'s (chat adds the tools' own)."""
+        return None if self.response_format is None else self.response_format.structure()
+
+    def logprobs_count(self) -> int | None:
+        """``SamplingSpec.logprobs``: the top alternatives per token (None: no logprobs)."""
+        return None
 
     def sampling(self, max_tokens: int | None, default_max_tokens: int) -> dict[str, Any]:
+        """The job's sampling fields, flat, for ``build_spec``."""
         bad = self.unsupported()
         if bad:
             raise ApiError(422, f"not supported by this server: {', '.join(bad)}", param=bad[0])
         fields: dict[str, Any] = {"max_tokens": max_tokens or default_max_tokens, "n": self.n}
+        fields.update({k: getattr(self, k) for k in PASSED_THROUGH if getattr(self, k) is not None})
+        optional = {"structure": self.structure(), "logprobs": self.logprobs_count()}
+        fields.update({k: v for k, v in optional.items() if v is not None})
         if self.temperature is not None:
             fields["temperature"] = self.temperature
         if self.top_p is not None:
@@ -87,10 +119,13 @@ class CompletionRequest(OpenAIRequest):
     logprobs: WireInt | None = Field(default=None, ge=0)
     best_of: WireInt | None = Field(default=None, ge=1)
 
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
+
     def prompt_fields(self) -> dict[str, Any]:
         """``prompt`` or ``prompt_token_ids`` for ``build_spec``: one prompt per request (a
         batch of prompts is a batch of requests, each its own job)."""
-        extra = [n for n in ("echo", "suffix", "logprobs") if getattr(self, n) not in (None, False)]
+        extra = [n for n in ("echo", "suffix") if getattr(self, n) not in (None, False)]
         if self.best_of not in (None, self.n):
             extra.append("best_of")
         if extra:
@@ -114,27 +149,52 @@ class ChatMessageIn(BaseModel):
     # "developer" is OpenAI's new name for "system"; the chat template knows only the old one.
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an assistant's calls, sent back next turn
+    tool_call_id: str | None = None  # a tool message: the call it answers
 
-    def as_message(self) -> dict[str, str]:
+    def as_message(self) -> dict[str, Any]:
+        """The job's ``ChatMessage`` fields (``producer.messages`` checks them)."""
         content = self.content
         if isinstance(content, list):
             content = "".join(part.text for part in content)
         role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": content or ""}
+        message: dict[str, Any] = {"role": role, "content": content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
-class ChatCompletionRequest(OpenAIRequest):
-    """``POST /v1/chat/completions``: the messages go through the model's chat template."""
+class ChatCompletionRequest(ChatTools, OpenAIRequest):
+    """``POST /v1/chat/completions``: the messages (and tools) go through the model's chat
+    template."""
 
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_completion_tokens: WireInt | None = Field(default=None, ge=1)
-    logprobs: bool = False
+    logprobs: WireBool = False
     top_logprobs: WireInt | None = Field(default=None, ge=0)
 
+    def logprobs_count(self) -> int | None:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError(422, "top_logprobs needs logprobs: true", param="top_logprobs")
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    def structure(self) -> dict[str, Any] | None:
+        tools, formats = self.tool_structure(), super().structure()
+        if tools is not None and formats is not None:
+            raise ApiError(
+                422,
+                f"response_format and tool_choice {self.tool_choice_name} both constrain the "
+                "output: give one",
+                param="response_format",
+            )
+        return tools if tools is not None else formats
+
     def prompt_fields(self) -> dict[str, Any]:
-        if self.logprobs or self.top_logprobs:
-            raise ApiError(422, "not supported by this server: logprobs", param="logprobs")
-        return {"messages": [m.as_message() for m in self.messages]}
+        messages = [m.as_message() for m in self.messages]
+        tools = self.job_tools()
+        return {"messages": messages, **({"tools": tools} if tools is not None else {})}
 
     @property
     def token_limit(self) -> int | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +17,12 @@ from redis.exceptions import RedisError
 
 from gateway.errors import UNAVAILABLE_CODE, UNAVAILABLE_TYPE
 from gateway.events import SSE_PING, follow, json_line, sse
+from gateway.openai_chunks import ChunkWriter
+from gateway.openai_logprobs import LogprobsByChoice, chat_logprobs, completion_logprobs
+from gateway.openai_models import ChatCompletionRequest, OpenAIRequest
+from gateway.tool_calls import ToolMode, tool_calls_body
 from producer import AsyncProducer, JobResult, PaternosterError
-from producer.protocol import DoneEvent, Event, TokenEvent, Usage
+from producer.protocol import DoneEvent, Event, TokenLogprob, Usage
 
 
 def finish_reason(reason: str | None) -> str | None:
@@ -37,12 +41,23 @@ def usage_body(usage: Usage | None) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Shape:
-    """One response's identity and the choice layout of its endpoint."""
+    """One response's identity and the choice layout of its endpoint; ``tools`` says how a
+    chat output becomes calls (None: content only), ``logprobs`` whether choices carry them."""
 
     job_id: str
     model: str
     chat: bool
     created: int = field(default_factory=lambda: int(time.time()))
+    tools: ToolMode | None = None
+    logprobs: bool = False
+
+    @classmethod
+    def of(cls, body: OpenAIRequest, job_id: str, default_model: str) -> Shape:
+        """The shape of ``body``'s response (a route's, or a batch line's)."""
+        chat = isinstance(body, ChatCompletionRequest)
+        tools = body.tool_mode() if isinstance(body, ChatCompletionRequest) else None
+        logprobs = body.logprobs_count() is not None
+        return cls(job_id, body.model or default_model, chat, tools=tools, logprobs=logprobs)
 
     @property
     def id(self) -> str:
@@ -54,34 +69,46 @@ class Shape:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "choices": choices}  # fmt: skip
 
-    def choice(self, index: int, text: str | None, reason: str | None, *, chunk: bool) -> Any:
-        body: dict[str, Any] = {"index": index}
-        if not self.chat:
-            body["text"] = text or ""
-        elif chunk:
-            body["delta"] = {} if text is None else {"role": "assistant", "content": text}
-        else:
-            body["message"] = {"role": "assistant", "content": text or ""}
-        return {**body, "logprobs": None, "finish_reason": finish_reason(reason)}
+    def logprobs_body(self, logprobs: Sequence[TokenLogprob] | None) -> dict[str, Any] | None:
+        if not self.logprobs or logprobs is None:
+            return None
+        return chat_logprobs(logprobs) if self.chat else completion_logprobs(logprobs)
 
-    def whole(self, result: JobResult) -> dict[str, Any]:
+    def choice(
+        self,
+        index: int,
+        body: dict[str, Any],
+        reason: str | None,
+        logprobs: Sequence[TokenLogprob] | None = None,
+    ) -> dict[str, Any]:
+        """A choice: ``body`` its ``text``, ``message`` or ``delta``."""
+        return {"index": index, **body, "logprobs": self.logprobs_body(logprobs),
+                "finish_reason": finish_reason(reason)}  # fmt: skip
+
+    def message(self, text: str, reason: str | None) -> tuple[dict[str, Any], str | None]:
+        """A whole chat choice's message, and its finish reason: ``tool_calls`` when the text
+        held calls (``tool_calls.ToolMode``)."""
+        content, calls = self.tools.parse(text) if self.tools is not None else (text, [])
+        if not calls:
+            return {"role": "assistant", "content": text}, reason
+        message = {"role": "assistant", "content": content.strip() or None,
+                   "tool_calls": tool_calls_body(calls)}  # fmt: skip
+        return message, "tool_calls"
+
+    def whole(self, result: JobResult, logprobs: LogprobsByChoice | None = None) -> dict[str, Any]:
         """The non-streamed response of a ``done`` job."""
-        choices = [self.choice(c.choice, c.text, c.finish_reason, chunk=False)
-                   for c in result.choices]  # fmt: skip
+        choices = []
+        for c in result.choices:
+            reason: str | None = c.finish_reason
+            body: dict[str, Any]
+            if self.chat:
+                message, reason = self.message(c.text, reason)
+                body = {"message": message}
+            else:
+                body = {"text": c.text}
+            lps = None if logprobs is None else logprobs.of(c.choice)
+            choices.append(self.choice(c.choice, body, reason, lps))
         return {**self.envelope(choices, chunk=False), "usage": usage_body(result.usage)}
-
-    def chunks(self, event: Event) -> list[dict[str, Any]]:
-        """The chunks one event becomes: a text delta, or the last chunk of each choice."""
-        if isinstance(event, TokenEvent):
-            delta = self.choice(event.choice, event.text, None, chunk=True)
-            return [self.envelope([delta], chunk=True)] if event.text else []
-        if isinstance(event, DoneEvent):
-            ends = event.choices or ()
-            reasons = {end.choice: end.finish_reason for end in ends} or {0: event.finish_reason}
-            finals = [self.choice(i, None if self.chat else "", r, chunk=True)
-                      for i, r in sorted(reasons.items())]  # fmt: skip
-            return [self.envelope(finals, chunk=True)]
-        return []
 
 
 def error_chunk(event: Event) -> dict[str, Any]:
@@ -106,13 +133,13 @@ async def openai_sse(
     """The job's chunks as OpenAI streams them, ``data: [DONE]`` last. A client that leaves
     early (the server cancels this generator) cancels the job, unless asked to keep it.
     ``job_id`` is the job plane's id; behind auth ``shape`` shows the client its own."""
-    finished = False
+    finished, writer = False, ChunkWriter(shape)
     try:
         async for event in follow(producer, job_id, "0", idle_s):
             if event is None:
                 yield SSE_PING
                 continue
-            for chunk in shape.chunks(event):
+            for chunk in writer.chunks(event):
                 yield sse(json_line(chunk))
             if isinstance(event, DoneEvent) and include_usage:
                 yield sse(json_line({**shape.envelope([], chunk=True),

@@ -78,7 +78,7 @@ def test_n_2(client: openai.OpenAI) -> None:
 
 def test_unsupported_and_invalid_are_422(client: openai.OpenAI) -> None:
     with pytest.raises(openai.UnprocessableEntityError, match="presence_penalty"):
-        client.completions.create(model=MODEL, prompt="A", presence_penalty=1.0)
+        client.completions.create(model=MODEL, prompt="A", presence_penalty=3.0)
     with pytest.raises(openai.UnprocessableEntityError, match="temperature"):
         client.completions.create(model=MODEL, prompt="A", temperature=-1)
     with pytest.raises(openai.UnprocessableEntityError, match="one prompt"):

@@ -1,0 +1,138 @@
+"""``response_format``, ``tools`` and ``tool_choice`` of a chat request, as job fields.
+
+- ``response_format``: ``json_object`` is the ``json_object`` constraint; ``json_schema`` the
+  ``json_schema`` constraint on its schema (``strict`` as given; a format without a schema is
+  any JSON object).
+- ``tool_choice``: ``none`` sends no tools (the model is not told of them, and its text is
+  content); ``auto`` (the default with tools) renders them and reads calls out of the text
+  (``tool_calls``); ``required`` also constrains the output to a JSON array of calls to the
+  given functions, each ``{"name", "arguments"}`` with the arguments following the function's
+  ``parameters`` (one call when ``parallel_tool_calls`` is false); a named function constrains
+  it to that function's arguments. Either way the call parses.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.errors import ApiError
+from gateway.tool_calls import ToolMode
+from producer.messages import FunctionCall, ToolCall, ToolSpec, function_names
+from producer.protocol import WireBool
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: WireBool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    def structure(self) -> dict[str, Any] | None:
+        """``SamplingSpec.structure`` for this format (None: free text)."""
+        if self.type == "text":
+            return None
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ApiError(422, "response_format.json_schema: required for type json_schema",
+                           param="response_format")  # fmt: skip
+        if self.json_schema is None or self.json_schema.schema_ is None:
+            return {"type": "json_object"}
+        strict = bool(self.json_schema.strict)
+        return {"type": "json_schema", "schema": self.json_schema.schema_, "strict": strict}
+
+
+class FunctionCallIn(FunctionCall):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class ToolCallIn(ToolCall):
+    """A call as a client sends it back; fields OpenAI's SDKs add beside ours are dropped."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    function: FunctionCallIn
+
+
+class FunctionChoice(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: FunctionChoice
+
+
+def call_schema(tool: ToolSpec) -> dict[str, Any]:
+    """The JSON Schema of one call ``{"name", "arguments"}`` to ``tool``."""
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"const": tool.function.name},
+            "arguments": tool.function.arguments_schema(),
+        },
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def calls_schema(tools: list[ToolSpec], parallel: bool) -> dict[str, Any]:
+    """``required``'s schema: a JSON array of calls (one at most unless ``parallel``)."""
+    items = call_schema(tools[0]) if len(tools) == 1 else {"anyOf": [call_schema(t) for t in tools]}
+    schema: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema
+
+
+class ChatTools(BaseModel):
+    """The tool fields of ``ChatCompletionRequest``."""
+
+    tools: list[ToolSpec] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: WireBool | None = None
+
+    @property
+    def tool_choice_name(self) -> str:
+        choice = self.tool_choice or ("auto" if self.tools else "none")
+        return choice if isinstance(choice, str) else f"function {choice.function.name}"
+
+    def tool_mode(self) -> ToolMode | None:
+        """How the output becomes calls; None: it is content only (no tools, or ``none``)."""
+        choice = self.tool_choice or ("auto" if self.tools else "none")
+        if not self.tools:
+            if choice != "none":
+                raise ApiError(422, "tool_choice: give tools to choose from", param="tool_choice")
+            return None
+        parallel = self.parallel_tool_calls is not False
+        names = tuple(function_names(self.tools))
+        if isinstance(choice, NamedToolChoice):
+            if choice.function.name not in names:
+                raise ApiError(422, f"tool_choice: no tool named {choice.function.name!r}",
+                               param="tool_choice")  # fmt: skip
+            return ToolMode("named", (choice.function.name,), parallel)
+        return None if choice == "none" else ToolMode(choice, names, parallel)
+
+    def tool_structure(self) -> dict[str, Any] | None:
+        """The constraint ``required`` or a named function puts on the output."""
+        mode = self.tool_mode()
+        if mode is None or mode.kind == "auto" or not self.tools:
+            return None
+        if mode.kind == "named":
+            tool = next(t for t in self.tools if t.function.name == mode.names[0])
+            schema = tool.function.arguments_schema()
+        else:
+            schema = calls_schema(self.tools, mode.parallel)
+        return {"type": "json_schema", "schema": schema, "strict": True}
+
+    def job_tools(self) -> list[dict[str, Any]] | None:
+        """``JobSpec.tools``: the tools to render, none for ``tool_choice`` none."""
+        if self.tool_mode() is None or not self.tools:
+            return None
+        return [t.model_dump(mode="json", exclude_none=True) for t in self.tools]
