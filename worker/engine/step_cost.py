@@ -9,8 +9,9 @@ where the context tokens are the K/V positions the step's attention reads, summe
 sequences (a decode at position 2,000 reads 2,000; a 512-token chunk after 1,536 computed tokens
 reads 2,048). The coefficients are a least-squares fit over recent steps, exponentially weighted
 (half-life ``HALF_LIFE_STEPS``) so that it follows the machine as its load changes, and pulled
-toward a prior (``PRIOR``, worth ``PRIOR_WEIGHT_STEPS`` steps) so that the first steps, and a
-term the recent steps say nothing about (no prefill for a while), keep a sane value.
+toward a prior (``PRIOR``) so that the first steps, and a term the recent steps say nothing
+about (no prefill for a while), keep a sane value: the prior's proportions between the terms,
+scaled to the machine by the steps it has seen.
 """
 
 from __future__ import annotations
@@ -26,10 +27,14 @@ from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 # About 10 s of steps on a 2-core CPU (~150 ms a step), well under a second on an H200: long
 # enough to average out one slow step, short enough to follow a neighbour's load.
 HALF_LIFE_STEPS = 64
-# The prior counts as 0.05 of a step in each direction (features scaled by ``_SCALE``): the
-# machine's own steps outweigh it from the first one on, except along a term they do not vary
-# (no prefill for a while). At 2 it shrank a 300-step fit by 14% (test_sched_step_cost.py).
-PRIOR_WEIGHT_STEPS = 0.05
+# The prior's proportions count as 0.02 of a step (features scaled by ``_SCALE``), its scale as
+# 1e-6 of one: the first step sets the scale of every term, also those it did not exercise.
+# Measured (test_sched_step_cost.py's steps): 300 steps of a machine whose proportions differ
+# from the prior's (base 4x smaller) predict within 1.5% (at 0.2: 14%); one decode step of a
+# machine 3x faster than the prior puts its prefill term within 0.2% (with the scale's weight
+# at 1e-4 instead: 19%).
+PRIOR_WEIGHT_STEPS = 0.02
+SCALE_WEIGHT_STEPS = 1e-6
 
 
 class StepFeatures(NamedTuple):
@@ -92,7 +97,15 @@ class StepCostModel:
     def __init__(self, prior: StepCost = PRIOR, half_life_steps: float = HALF_LIFE_STEPS) -> None:
         self.prior = prior
         self._decay = 0.5 ** (1.0 / half_life_steps)
-        self._prior_beta = np.array(astuple(prior)) * _SCALE  # in the scaled features' units
+        # The prior holds the coefficients' proportions, not their scale: the penalty is on
+        # the part of the coefficients off the prior's direction (u), so one step of a machine
+        # 10x faster scales every term by 1/10, also the ones that step did not exercise.
+        # Along u only a token weight (SCALE_WEIGHT_STEPS) holds the prior until a step comes.
+        prior_beta = np.array(astuple(prior)) * _SCALE  # in the scaled features' units
+        u = prior_beta / np.linalg.norm(prior_beta)
+        along = np.outer(u, u)
+        self._ridge = PRIOR_WEIGHT_STEPS * (np.eye(4) - along) + SCALE_WEIGHT_STEPS * along
+        self._ridge_rhs = SCALE_WEIGHT_STEPS * prior_beta
         self._xtx = np.zeros((4, 4))
         self._xty = np.zeros(4)
         self._cost: StepCost | None = prior
@@ -115,8 +128,7 @@ class StepCostModel:
         """The current coefficients, each at least 0 (a negative cost would promise room that
         is not there)."""
         if self._cost is None:
-            ridge = PRIOR_WEIGHT_STEPS * np.eye(4)
-            beta = np.linalg.solve(self._xtx + ridge, self._xty + ridge @ self._prior_beta)
+            beta = np.linalg.solve(self._xtx + self._ridge, self._xty + self._ridge_rhs)
             coefficients = np.maximum(beta, 0.0) / _SCALE
             self._cost = StepCost(*(float(c) for c in coefficients))
         return self._cost
