@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from gateway.auth import Caller, caller
 from gateway.batch_lines import ENDPOINTS
 from gateway.batch_runner import BatchRunner
-from gateway.batch_store import BatchStatus, BatchStore, new_batch_id
+from gateway.batch_store import BatchStatus, BatchStore, new_batch
 from gateway.bodies import StrictJsonRoute
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
@@ -83,18 +83,9 @@ async def create_batch(body: BatchRequest, request: Request, who: CallerDep) -> 
     meta = await files.get(body.input_file_id, who)
     if meta.purpose != "batch":
         raise ApiError(422, "input_file_id: not a purpose=batch file", param="input_file_id")
-    now = int(time.time())
-    fields: dict[str, Any] = {
-        "id": new_batch_id(),
-        "status": str(BatchStatus.VALIDATING),
-        "owner": who.tenant or "",
-        "endpoint": body.endpoint,
-        "input_file_id": meta.id,
-        "completion_window": body.completion_window,
-        "created_at": now,
-        "expires_at": now + window_s,
-        "metadata": body.metadata,
-    }
+    window = (body.completion_window, window_s)
+    fields = new_batch(who.tenant or "", body.endpoint, meta.id, window, body.metadata,
+                       int(time.time()))  # fmt: skip
     store = batches_of(request)
     await store.create(fields)
     return await store.body(await store.read(fields["id"]))

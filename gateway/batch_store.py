@@ -74,6 +74,17 @@ def new_batch_id() -> str:
     return f"batch_{uuid.uuid4().hex}"
 
 
+def new_batch(
+    owner: str, endpoint: str, input_file_id: str, window: tuple[str, int],
+    metadata: dict[str, str] | None, now: int,
+) -> dict[str, Any]:  # fmt: skip
+    """A new batch's fields (``BatchStore.create``): ``validating``, expiring one completion
+    window (its name and seconds) after now."""
+    return {"id": new_batch_id(), "status": str(BatchStatus.VALIDATING), "owner": owner,
+            "endpoint": endpoint, "input_file_id": input_file_id, "completion_window": window[0],
+            "created_at": now, "expires_at": now + window[1], "metadata": metadata}  # fmt: skip
+
+
 def not_found(batch_id: str) -> ApiError:
     return ApiError(404, f"no batch with id {batch_id!r}", code="batch_not_found")
 

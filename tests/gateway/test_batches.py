@@ -89,3 +89,48 @@ def test_batch_matches_one_by_one(gateway: Served) -> None:
         assert body["object"] == "text_completion"
     assert client.files.retrieve(batch.output_file_id).purpose == "batch_output"  # type: ignore[arg-type]
     assert batch_id in [b.id for b in client.batches.list(limit=100)]
+
+
+def test_tenants_see_only_their_own(idle_auth_gateway: Served) -> None:
+    a, b = _client(idle_auth_gateway, "tok-a"), _client(idle_auth_gateway, "tok-b")
+    batch_id = start_batch(a, [completion_line("x", "A")], "/v1/completions")
+    input_id = a.batches.retrieve(batch_id).input_file_id
+    for call in (lambda: b.files.retrieve(input_id), lambda: b.files.content(input_id),
+                 lambda: b.batches.retrieve(batch_id), lambda: b.batches.cancel(batch_id),
+                 lambda: b.batches.create(input_file_id=input_id, endpoint="/v1/completions",
+                                          completion_window="24h")):  # fmt: skip
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert batch_id in [x.id for x in a.batches.list()]
+    assert batch_id not in [x.id for x in b.batches.list()]
+    assert input_id in [f.id for f in a.files.list()] and not list(b.files.list())
+    assert a.batches.cancel(batch_id).status in ("cancelling", "cancelled")
+    assert wait_status(a, batch_id, {"cancelled"}, 20) == "cancelled"
+    with pytest.raises(openai.NotFoundError):
+        b.files.delete(input_id)
+    assert a.files.delete(input_id).deleted
+    with pytest.raises(openai.NotFoundError):
+        a.files.retrieve(input_id)
+
+
+def test_refused_requests(idle_gateway: Served) -> None:
+    client = _client(idle_gateway)
+    with pytest.raises(openai.UnprocessableEntityError, match="purpose"):
+        client.files.create(file=("x.jsonl", io.BytesIO(b"{}\n")), purpose="fine-tune")
+    with pytest.raises(openai.UnprocessableEntityError, match="UTF-8"):
+        client.files.create(file=("x.jsonl", io.BytesIO(b"\xff\xfe\n")), purpose="batch")
+    uploaded = client.files.create(file=("x.jsonl", io.BytesIO(b"{}\n")), purpose="batch")
+    for endpoint, window, needle in (("/v1/embeddings", "24h", "endpoint"),
+                                     ("/v1/completions", "1h", "completion_window")):  # fmt: skip
+        with pytest.raises(openai.UnprocessableEntityError, match=needle):
+            client.batches.create(input_file_id=uploaded.id, endpoint=endpoint,  # type: ignore[arg-type]
+                                  completion_window=window)  # type: ignore[arg-type]  # fmt: skip
+    with pytest.raises(openai.NotFoundError):
+        client.batches.retrieve("batch_nope")
+    failed = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/completions",
+                                   completion_window="24h")  # fmt: skip
+    assert wait_status(client, failed.id, {"failed"}, 20) == "failed"
+    errors = client.batches.retrieve(failed.id).errors
+    assert errors is not None and errors.data and errors.data[0].code == "invalid_json_line"
+    with pytest.raises(openai.ConflictError):
+        client.batches.cancel(failed.id)
