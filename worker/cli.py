@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.cli import add_gateway_command
+from gateway.webhooks.cli import add_webhooks_command
 from producer.cli import add_producer_commands
 from producer.sampling_args import add_sampling_arguments, sampling_fields
 from worker.engine.config import EngineConfig
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
     add_producer_commands(sub)
     add_gateway_command(sub)
+    add_webhooks_command(sub)
     # Listed for --help only: main() hands `bench` and every flag after it to load.py's parser.
     bench = sub.add_parser("bench", add_help=False, help="open-loop load benchmark of a worker")
     bench.add_argument("argv", nargs=argparse.REMAINDER)
