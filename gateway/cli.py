@@ -32,6 +32,9 @@ def add_gateway_command(sub: Any) -> None:
         help="larger request bodies are a 413 (default: PATERNOSTER_GATEWAY_MAX_BODY_BYTES, "
         "else 4 MiB)",
     )
+    gw.add_argument(
+        "--files-dir", default=None, help="Batch API files' bytes here (default: in Redis)"
+    )
     gw.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     gw.set_defaults(func=cmd_gateway)
 
@@ -48,6 +51,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         model_name=args.model_name,
         max_body_bytes=args.max_body_bytes,
+        files_dir=args.files_dir,
     )
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
     return 0
