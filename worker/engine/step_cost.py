@@ -109,6 +109,7 @@ class StepCostModel:
         self._xtx = np.zeros((4, 4))
         self._xty = np.zeros(4)
         self._cost: StepCost | None = prior
+        self.last_fit = prior  # the latest fit; read from other threads (metrics) without refitting
         self.num_steps = 0  # steps observed
         self.last_step_s = 0.0
         self.last_predicted_s = 0.0  # what the model said of that step before it ran
@@ -130,7 +131,7 @@ class StepCostModel:
         if self._cost is None:
             beta = np.linalg.solve(self._xtx + self._ridge, self._xty + self._ridge_rhs)
             coefficients = np.maximum(beta, 0.0) / _SCALE
-            self._cost = StepCost(*(float(c) for c in coefficients))
+            self._cost = self.last_fit = StepCost(*(float(c) for c in coefficients))
         return self._cost
 
     def predict_s(self, features: StepFeatures) -> float:

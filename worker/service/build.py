@@ -32,6 +32,7 @@ from worker.service.publisher import Publisher
 from worker.service.recovery import Reclaimer, Resumer
 from worker.service.reporting import Reporter
 from worker.service.slots import Slots
+from worker.service.step_cost_metrics import export_step_cost
 from worker.service.worker import JobWorker
 
 
@@ -58,6 +59,8 @@ def build_worker(
     slots = Slots(config.job_capacity(engine.config.scheduler.max_num_seqs))
     inbox = Inbox()
     marker = keys.published(config.name)
+    if metrics is not None:  # what the worker thinks a step costs (issue 21)
+        export_step_cost(metrics.registry, engine.scheduler)
     return JobWorker(
         engine,
         config,
