@@ -12,6 +12,7 @@ from gateway.bodies import BodyLimit
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
 from gateway.status import router as status_router
+from gateway.webhooks.in_gateway import router as webhooks_router
 from producer import AsyncProducer
 
 
@@ -43,4 +44,5 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     app.include_router(files_api.router)  # the Batch API's files
     app.include_router(batch_api.router)  # its lifespan starts the batch runner
     app.include_router(status_router)  # /status page and /v1/status
+    app.include_router(webhooks_router)  # its lifespan runs a deliverer if config.webhooks
     return app

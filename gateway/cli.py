@@ -35,6 +35,9 @@ def add_gateway_command(sub: Any) -> None:
     gw.add_argument(
         "--files-dir", default=None, help="Batch API files' bytes here (default: in Redis)"
     )
+    gw.add_argument(
+        "--webhooks", action="store_true", help="also deliver job webhooks (docs/webhooks.md)"
+    )
     gw.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     gw.set_defaults(func=cmd_gateway)
 
@@ -52,6 +55,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         model_name=args.model_name,
         max_body_bytes=args.max_body_bytes,
         files_dir=args.files_dir,
+        webhooks=args.webhooks or None,
     )
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -56,6 +56,8 @@ class GatewayConfig:
     # (behind interactive traffic, as its jobs are of the batch band) and not in Redis.
     batch_window: int = 256
     batch_poll_s: float = 0.5  # how often a runner looks at its batches and their jobs
+    # Deliver job webhooks in this process too (``paternoster webhooks``' work, docs/webhooks.md).
+    webhooks: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_file_bytes", "files_ttl_s", "batch_window"):
