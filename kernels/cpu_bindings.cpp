@@ -17,4 +17,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "residual += x, then x = rms_norm(residual) * weight, both in place");
     m.def("skinny_linear", &skinny_linear, "x @ weight.T + bias for few rows (float32)",
           py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
+    m.def("gguf_linear", &gguf_linear,
+          "x @ dequantize(blocks).T + bias, blocks (n, row_bytes) uint8 of GGML type format",
+          py::arg("x"), py::arg("blocks"), py::arg("format"), py::arg("bias") = py::none());
+    m.def("gguf_dequantize", &gguf_dequantize, "GGUF blocks (n, row_bytes) -> float32 (n, k)");
+    m.def("int8_linear", &int8_linear, "x @ (scale[:, None] * weight).T + bias, weight int8",
+          py::arg("x"), py::arg("weight"), py::arg("scale"), py::arg("bias") = py::none());
 }

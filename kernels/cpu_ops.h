@@ -29,6 +29,13 @@ void add_rms_norm_(at::Tensor x, at::Tensor residual, const at::Tensor& weight, 
 at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight,
                          const c10::optional<at::Tensor>& bias);
 
+// cpu_quant_linear.cpp: weight-only quantized linears (layouts in kernels/quant_reference.py).
+at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
+                       const c10::optional<at::Tensor>& bias);
+at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format);
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
+                       const c10::optional<at::Tensor>& bias);
+
 // The checks every kernel makes of its arguments, with the argument's name in the message.
 inline void check(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t dim) {
     TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");

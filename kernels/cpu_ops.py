@@ -1,8 +1,9 @@
 """Builds and loads our C++ CPU kernels on first use.
 
 `cpu_paged_attention.cpp` (decode attention, K/V write), `cpu_layer_ops.cpp` (rotary, SiLU,
-residual + RMSNorm) and `cpu_linear.cpp` (projections of few rows), bound to Python in
-`cpu_bindings.cpp`.
+residual + RMSNorm), `cpu_linear.cpp` (projections of few rows), `cpu_quant_linear.cpp` and
+`cpu_int8_linear.cpp` (projections of GGUF blocks and of int8 weights; `cpu_quant.h`), bound to
+Python in `cpu_bindings.cpp`.
 
 The source is compiled for the machine it runs on (``-march=native``) by torch's extension
 builder, which caches the result under ``TORCH_EXTENSIONS_DIR`` (default
@@ -38,8 +39,10 @@ SOURCES = [
     _HERE / "cpu_paged_attention.cpp",
     _HERE / "cpu_layer_ops.cpp",
     _HERE / "cpu_linear.cpp",
+    _HERE / "cpu_quant_linear.cpp",
+    _HERE / "cpu_int8_linear.cpp",
 ]
-HEADERS = [_HERE / "cpu_ops.h"]
+HEADERS = [_HERE / "cpu_ops.h", _HERE / "cpu_quant.h"]
 # -fopenmp: at::parallel_for is inline OpenMP code compiled into this module; without the flag
 # its pragma is ignored and the kernel runs on one thread (measured: 2 threads no faster than 1).
 # The module then needs libgomp.so.1, which resolves to the copy torch has already loaded, so

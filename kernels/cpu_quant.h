@@ -1,0 +1,118 @@
+// What the quantized linears share (cpu_quant_linear.cpp: GGUF blocks; cpu_int8_linear.cpp:
+// per-channel int8): a 16-float vector, byte widening, and the dot-product tile over rows of x.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "cpu_ops.h"
+
+namespace paternoster {
+namespace quant {
+
+// 16 floats: one register on AVX-512, two on AVX2 (gcc splits the vector_size arithmetic).
+typedef float f16v __attribute__((vector_size(64)));
+
+#if defined(__AVX512F__)
+constexpr int64_t kRows = 4;  // x rows per pass: 4 x 2 accumulators + 4 weight + x of 32 zmm
+#else
+constexpr int64_t kRows = 2;  // AVX2: 16 ymm; each f16v takes two
+#endif
+constexpr int64_t kOut = 2;  // weight rows per pass: independent FMA chains at 1 row of x
+
+inline f16v loadf(const float* p) {
+    f16v v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// 16 bytes as 16 floats: zero-extended (4-bit codes) or sign-extended (int8). Intrinsics,
+// because gcc turns __builtin_convertvector of bytes to floats into 16 scalar conversions
+// (vcvtusi2ss): the first build spent 1 cycle a weight there, 2.5x fp32's whole time at 1 row.
+inline f16v widen(__m128i q, bool is_signed) {
+#if defined(__AVX512F__)
+    const __m512i i = is_signed ? _mm512_cvtepi8_epi32(q) : _mm512_cvtepu8_epi32(q);
+    const __m512 f = _mm512_cvtepi32_ps(i);
+#else
+    const __m128i q_hi = _mm_srli_si128(q, 8);
+    const __m256i i0 = is_signed ? _mm256_cvtepi8_epi32(q) : _mm256_cvtepu8_epi32(q);
+    const __m256i i1 = is_signed ? _mm256_cvtepi8_epi32(q_hi) : _mm256_cvtepu8_epi32(q_hi);
+    const __m256 f[2] = {_mm256_cvtepi32_ps(i0), _mm256_cvtepi32_ps(i1)};
+#endif
+    f16v v;
+    std::memcpy(&v, &f, sizeof(v));
+    return v;
+}
+
+inline float hsum(f16v v) {
+    float lanes[16];
+    std::memcpy(lanes, &v, sizeof(v));
+    for (int w = 8; w >= 1; w /= 2)  // halving, a fixed order: same inputs round alike
+        for (int i = 0; i < w; ++i) lanes[i] += lanes[i + w];
+    return lanes[0];
+}
+
+inline f16v load_w(const float* p) { return loadf(p); }
+inline f16v load_w(const int8_t* p) { return widen(load16(p), true); }
+
+// out[r * ldo + o] = scale[o] * dot(x row r, w row o) over k (any k; scale null: 1), for R rows
+// of x and O rows of w (fp32: a dequantized tile in cache; int8: streamed, so prefetched).
+template <typename T, int64_t R, int64_t O>
+void dot_block(const float* x, int64_t ldx, const T* w, int64_t ldw, int64_t k,
+               const float* scale, float* out, int64_t ldo) {
+    f16v acc[R][O] = {};
+    const int64_t k_vec = k - k % 16;
+    for (int64_t i = 0; i < k_vec; i += 16) {
+        f16v wv[O];
+        for (int64_t o = 0; o < O; ++o) {
+            if constexpr (sizeof(T) == 1) __builtin_prefetch(w + (O + o) * ldw + i);
+            wv[o] = load_w(w + o * ldw + i);
+        }
+        for (int64_t r = 0; r < R; ++r) {
+            const f16v xv = loadf(x + r * ldx + i);
+            for (int64_t o = 0; o < O; ++o) acc[r][o] += xv * wv[o];
+        }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        for (int64_t o = 0; o < O; ++o) {
+            float s = hsum(acc[r][o]);
+            for (int64_t i = k_vec; i < k; ++i) s += x[r * ldx + i] * float(w[o * ldw + i]);
+            out[r * ldo + o] = scale == nullptr ? s : s * scale[o];
+        }
+    }
+}
+
+// Every rows-of-x group over the same O weight rows.
+template <typename T, int64_t O>
+void dot_rows(const float* x, int64_t ldx, int64_t rows, const T* w, int64_t ldw, int64_t k,
+              const float* scale, float* out, int64_t ldo) {
+    int64_t r = 0;
+    for (; r + kRows <= rows; r += kRows)
+        dot_block<T, kRows, O>(x + r * ldx, ldx, w, ldw, k, scale, out + r * ldo, ldo);
+    for (; r < rows; ++r)
+        dot_block<T, 1, O>(x + r * ldx, ldx, w, ldw, k, scale, out + r * ldo, ldo);
+}
+
+// x: float32, 2-D, rows contiguous, k features; the bias (n values) or null.
+inline const float* check_x_bias(const at::Tensor& x, int64_t k, int64_t n,
+                                 const c10::optional<at::Tensor>& bias) {
+    check(x, "x", at::kFloat, 2);
+    TORCH_CHECK(x.stride(1) == 1, "x rows must be contiguous");
+    TORCH_CHECK(x.size(1) == k, "x has ", x.size(1), " features, weight expects ", k);
+    if (!bias.has_value() || !bias->defined()) return nullptr;
+    check(*bias, "bias", at::kFloat, 1);
+    TORCH_CHECK(bias->is_contiguous() && bias->size(0) == n, "bias must hold ", n, " values");
+    return bias->data_ptr<float>();
+}
+
+inline void add_bias(float* out, int64_t rows, int64_t n, const float* b) {
+    if (b == nullptr) return;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < n; ++o) out[r * n + o] += b[o];
+}
+
+}  // namespace quant
+}  // namespace paternoster

@@ -1,0 +1,99 @@
+"""`gguf_linear`, `gguf_dequantize` and `int8_linear` (kernels/cpu_quant_linear.cpp) against the
+torch references in kernels/quant_reference.py, over odd shapes."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+import torch
+
+from kernels import cpu_ops
+from kernels import quant_reference as qr
+
+gguf = pytest.importorskip("gguf")
+from gguf.quants import quantize  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ops() -> ModuleType:
+    module = cpu_ops.load()
+    assert module is not None, cpu_ops.unavailable_reason()
+    return module
+
+
+def random_blocks(fmt: qr.BlockFormat, n: int, k: int, seed: int) -> torch.Tensor:
+    weights = torch.randn(n, k, generator=torch.Generator().manual_seed(seed))
+    blocks = quantize(weights.numpy(), gguf.GGMLQuantizationType(fmt.type_id))
+    return torch.from_numpy(blocks)
+
+
+# k: one block, 3 and 5 blocks (not a multiple of any vector or tile width), the model's 576.
+# n: odd counts, so the last weight row runs without its pair.
+SHAPES = [(32, 1), (96, 7), (160, 33), (576, 65)]
+ROWS = [1, 2, 3, 5, 8, 17, 64]
+
+
+@pytest.mark.parametrize("fmt", [qr.Q4_0, qr.Q4_1, qr.Q8_0])
+@pytest.mark.parametrize(("k", "n"), SHAPES)
+def test_gguf_linear_matches_reference(
+    ops: ModuleType, fmt: qr.BlockFormat, k: int, n: int
+) -> None:
+    blocks = random_blocks(fmt, n, k, seed=k + n)
+    assert torch.equal(ops.gguf_dequantize(blocks, fmt.type_id), qr.dequantize(blocks, fmt.type_id))
+    bias = torch.randn(n)
+    for rows in ROWS:
+        x = torch.randn(rows, k)
+        expected = qr.quant_linear(x, blocks, fmt.type_id, bias)
+        got = ops.gguf_linear(x, blocks, fmt.type_id, bias)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    x = torch.randn(3, 2 * k)[:, :k]  # strided rows (a split of a fused projection)
+    torch.testing.assert_close(
+        ops.gguf_linear(x, blocks, fmt.type_id),
+        qr.quant_linear(x, blocks, fmt.type_id),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+@pytest.mark.parametrize(("k", "n"), [(1, 1), (15, 3), (77, 9), (576, 65)])
+def test_int8_linear_matches_reference(ops: ModuleType, k: int, n: int) -> None:
+    q, scale = qr.quantize_int8(torch.randn(n, k))
+    bias = torch.randn(n)
+    for rows in ROWS:
+        x = torch.randn(rows, k)
+        torch.testing.assert_close(
+            ops.int8_linear(x, q, scale, bias),
+            qr.int8_linear(x, q, scale, bias),
+            rtol=1e-4,
+            atol=1e-4,
+        )
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda o: o.gguf_linear(torch.zeros(2, 64), torch.zeros(3, 40, dtype=torch.uint8), 12),
+            "GGML type 12 has no kernel",
+        ),
+        (
+            lambda o: o.gguf_linear(torch.zeros(2, 64), torch.zeros(3, 30, dtype=torch.uint8), 3),
+            "whole 20-byte blocks",
+        ),
+        (
+            lambda o: o.gguf_linear(torch.zeros(2, 32), torch.zeros(3, 40, dtype=torch.uint8), 3),
+            "x has 32 features, weight expects 64",
+        ),
+        (lambda o: o.gguf_linear(torch.zeros(2, 64), torch.zeros(3, 40), 3), "blocks has dtype"),
+        (
+            lambda o: o.int8_linear(
+                torch.zeros(2, 8), torch.zeros(4, 8, dtype=torch.int8), torch.ones(3)
+            ),
+            "scale must hold 4 values",
+        ),
+    ],
+)
+def test_bad_arguments_raise(ops: ModuleType, call: object, message: str) -> None:
+    with pytest.raises(RuntimeError, match=message):
+        call(ops)  # type: ignore[operator]
