@@ -11,13 +11,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from producer import JobResult, JobSpec, SamplingSpec
+from producer.messages import ToolSpec
 from producer.protocol import ChatMessage, Timings, Usage, WireFloat, WireInt
 from producer.requests import build_spec
 
 
 class JobRequest(BaseModel):
     """Exactly one of ``prompt``, ``messages``, ``prompt_token_ids``. Sampling fields go in
-    ``sampling`` or flat beside the others (``{"prompt": "Hi", "max_tokens": 8}``)."""
+    ``sampling`` or flat beside the others (``{"prompt": "Hi", "max_tokens": 8}``), and so
+    does a structure constraint: ``sampling.structure``, or flat one of ``json_schema``,
+    ``regex``, ``choice``, ``grammar`` (``Producer.submit``'s keywords)."""
 
     model_config = ConfigDict(
         extra="allow",
@@ -26,6 +29,7 @@ class JobRequest(BaseModel):
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
+    tools: list[ToolSpec] | None = Field(default=None, description="functions messages may call")
     prompt_token_ids: list[WireInt] | None = None
     sampling: SamplingSpec | None = None
     job_id: str | None = Field(
@@ -62,6 +66,7 @@ class JobRequest(BaseModel):
             deadline_s=self.deadline_s,
             metadata=self.metadata,
             cache_salt=self.cache_salt,
+            tools=self.tools,
             **flat,
         )
 
