@@ -13,13 +13,19 @@ so a seeded request gives the same tokens whatever shares its batch, and a reque
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from worker.engine.sampling_ops import apply_min_p_top_k, apply_top_p, argmax_rows
 from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
+
+if TYPE_CHECKING:  # the row processors import the sequence, which imports the params
+    from worker.engine.grammar_compiles import GrammarCompiles
+    from worker.engine.logits_rows import Row, RowChanges, RowProcessors
+    from worker.engine.sequence import Sequence as Seq
 
 # Temperatures below this are greedy, as in vLLM: dividing logits by ~1e-6 overflows nothing in
 # float32 but makes the softmax a one-hot anyway, and argmax is cheaper.
@@ -34,6 +40,8 @@ class SamplingRequest:
 
     params: SamplingParams
     output_index: int  # tokens this request has generated so far (the one sampled now is this +1)
+    # Its sequence: a constraint's matcher and the penalties' counts follow its tokens.
+    seq: Seq | None = None
 
 
 @dataclass(frozen=True)
@@ -76,18 +84,28 @@ def choice_seed(seed: int, index: int) -> int:
 class Sampler:
     """Samples one token per row; stateless apart from the generator of unseeded rows."""
 
-    def __init__(self, eos_token_ids: Sequence[int], seed: int | None = None) -> None:
+    def __init__(
+        self,
+        eos_token_ids: Sequence[int],
+        seed: int | None = None,
+        grammars: GrammarCompiles | None = None,
+    ) -> None:
+        from worker.engine.logits_rows import RowProcessors
+
         if any(t < 0 for t in eos_token_ids):
             raise ValueError(f"EOS token ids must be >= 0, got {list(eos_token_ids)}")
         self.eos_token_ids = tuple(eos_token_ids)
         self._seed = seed
+        # Structure constraints, penalties and biases: state per sequence (``logits_rows``).
+        self.rows: RowProcessors = RowProcessors(self.eos_token_ids, grammars)
         self._generators: dict[torch.device, torch.Generator] = {}  # for unseeded rows
         self._row_generators: dict[torch.device, torch.Generator] = {}  # reseeded per seeded row
 
     @torch.inference_mode()  # the runner's logits are inference tensors, masked in place here
     def __call__(self, logits: torch.Tensor, requests: Sequence[SamplingRequest]) -> SamplerOutput:
         """Sample ``logits`` (N, V) float32, row i under ``requests[i]``; ``logits`` is the same
-        on return (min-tokens masking is undone), and logprobs come from it."""
+        on return (min-tokens masking, biases and penalties are undone) but for the constrained
+        rows' grammar masks, and logprobs come from it."""
         ids = self.sample_ids(logits, requests).tolist()
         return SamplerOutput(token_ids=ids, logprobs=self.logprobs(logits, ids, requests))
 
@@ -97,12 +115,29 @@ class Sampler:
         overlapped loop copies them to the host once, while the next step is prepared."""
         if logits.dim() != 2 or logits.shape[0] != len(requests):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(requests)} requests")
-        undo = self._mask_min_tokens(logits, requests)
+        changes = self._process_rows(logits, requests)
+        undo = self._mask_min_tokens(logits, requests, changes.forced_stop if changes else ())
         try:
             return self._pick(logits, requests)
         finally:
             if undo is not None:
                 logits.index_put_(undo[0], undo[1])
+            if changes is not None:
+                from worker.engine.penalties import undo as undo_changes
+
+                undo_changes(logits, changes.undo)
+
+    def _process_rows(
+        self, logits: torch.Tensor, requests: Sequence[SamplingRequest]
+    ) -> RowChanges | None:
+        """Grammar masks, biases and penalties for the rows that have any (``logits_rows``)."""
+        rows: list[Row] = []
+        for i, r in enumerate(requests):
+            if r.params.structure is not None or r.params.penalized:
+                if r.seq is None:
+                    raise ValueError("a constrained or penalized row needs its sequence")
+                rows.append((i, r.seq, r.output_index))
+        return self.rows.apply(logits, rows) if rows else None
 
     @staticmethod
     def logprobs(
@@ -136,11 +171,15 @@ class Sampler:
         return token_ids
 
     def _mask_min_tokens(
-        self, logits: torch.Tensor, requests: Sequence[SamplingRequest]
+        self,
+        logits: torch.Tensor,
+        requests: Sequence[SamplingRequest],
+        exempt: Collection[int] = (),
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor] | None:
-        """Set EOS and stop ids to -inf, in place, in rows below min_tokens; return the indices
-        and the values they held, to put back. Masked in place rather than in a copy: a clone
-        of 256 x 49152 fp32 logits took 26 ms on 2 cores, longer than sampling them."""
+        """Set EOS and stop ids to -inf, in place, in rows below min_tokens but those ``exempt``
+        (whose grammar allows nothing else); return the indices and the values they held, to
+        put back. Masked in place rather than in a copy: a clone of 256 x 49152 fp32 logits
+        took 26 ms on 2 cores, longer than sampling them."""
         vocab = logits.shape[1]
         rows: list[int] = []
         cols: list[int] = []
@@ -152,7 +191,7 @@ class Sampler:
                 raise InvalidSamplingParams(
                     f"invalid sampling parameter stop_token_ids: each must be in 0..{vocab - 1}"
                 )
-            if r.output_index < r.params.min_tokens:
+            if r.output_index < r.params.min_tokens and i not in exempt:
                 banned = {t for t in (*self.eos_token_ids, *stop_ids) if t < vocab}
                 rows += [i] * len(banned)
                 cols += banned

@@ -1,0 +1,147 @@
+"""Per-sequence logits state: a constrained sequence's matcher, a penalized one's token counts.
+
+``RowProcessors.apply`` runs in the sampler before it picks: it brings each row's state up to
+the tokens its sequence holds (the one sampled last step, or a resumed run's tokens, replayed
+once), fills the constrained rows' bitmask on the CPU and masks them all in one pass, then adds
+the biases and penalties. State is kept per ``Sequence`` (weakly: it goes with its sequence), so
+a preempted sequence keeps its matcher while it recomputes, and each of ``n`` choices has its
+own. The grammar mask stays in the logits (logprobs of a constrained row are over what the
+constraint allows, as in vLLM); biases and penalties are undone after sampling.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from worker.engine.grammar import GrammarError, Matcher
+from worker.engine.grammar_compiles import GrammarCompiles
+from worker.engine.penalties import TokenCounts, Undo, apply_bias, apply_penalties, undo
+from worker.engine.sequence import Sequence as Seq
+
+# Sampling rows: (row index in the batch, its sequence, its params' output index snapshot).
+Row = tuple[int, Seq, int]
+
+
+class RowState:
+    """What one sequence's logits need beyond its params, advanced token by token."""
+
+    def __init__(self, seq: Seq, matcher: Matcher | None, stops: Collection[int]) -> None:
+        params = seq.params
+        self.matcher = matcher
+        self.stops = stops  # a constrained row ends only where its grammar may
+        self.counts: TokenCounts | None = None
+        if params.penalized:
+            with_prompt = params.repetition_penalty != 1.0
+            self.counts = TokenCounts(seq.token_ids[: seq.num_prompt_tokens] if with_prompt else ())
+        self.num_seen = seq.num_prompt_tokens  # tokens of the sequence taken in so far
+
+    def catch_up(self, seq: Seq, num_tokens: int) -> None:
+        """Take in the sequence's tokens up to ``num_tokens``; ``GrammarError`` for one its
+        grammar does not allow (a resumed run's token under another constraint)."""
+        for position in range(self.num_seen, num_tokens):
+            token = seq.token_ids[position]
+            if self.counts is not None:
+                self.counts.add(token)
+            if self.matcher is not None and not self._accept(token):
+                index = position - seq.num_prompt_tokens
+                raise GrammarError(f"output token {index} ({token}) breaks the structure")
+        self.num_seen = max(self.num_seen, num_tokens)
+
+    def _accept(self, token: int) -> bool:
+        assert self.matcher is not None
+        if self.matcher.is_terminated():  # more stop tokens (min_tokens or ignore_eos)
+            return token in self.stops
+        return self.matcher.accept(token)
+
+
+@dataclass
+class RowChanges:
+    """What ``apply`` did: rows whose grammar allows only a stop token, and what to undo."""
+
+    forced_stop: set[int] = field(default_factory=set)
+    undo: Undo = field(default_factory=list)
+
+
+class RowProcessors:
+    """The state of every constrained or penalized sequence the sampler has seen."""
+
+    def __init__(self, eos_token_ids: Sequence[int], grammars: GrammarCompiles | None) -> None:
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.grammars = grammars
+        self._states: weakref.WeakKeyDictionary[Seq, RowState] = weakref.WeakKeyDictionary()
+        self._bitmask: torch.Tensor | None = None
+        self._stop_rows: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def apply(self, logits: torch.Tensor, rows: Sequence[Row]) -> RowChanges:
+        """Mask, bias and penalize ``logits`` in place for ``rows``; see the module's doc. On
+        an error nothing is left to undo (the sampler may retry the rows one by one)."""
+        changes = RowChanges()
+        states = [self._state(seq, num_out) for _, seq, num_out in rows]
+        constrained = [(row, s) for row, s in zip(rows, states, strict=True) if s.matcher]
+        if constrained:
+            changes.forced_stop = self._mask(logits, constrained)
+        counted = [(i, seq.params, s.counts) for (i, seq, _), s in zip(rows, states, strict=True)]
+        try:
+            indices, params = [i for i, _, _ in counted], [p for _, p, _ in counted]
+            changes.undo += apply_bias(logits, indices, params)
+            penalized = [(i, p, c) for i, p, c in counted if c is not None]
+            if penalized:
+                rows_p, params_p, counts_p = zip(*penalized, strict=True)
+                changes.undo += apply_penalties(logits, rows_p, params_p, counts_p)
+        except Exception:
+            undo(logits, changes.undo)
+            raise
+        return changes
+
+    def _state(self, seq: Seq, num_output: int) -> RowState:
+        state = self._states.get(seq)
+        if state is None:
+            stops = {*self.eos_token_ids, *seq.params.stop_token_ids}
+            structure = seq.params.structure
+            matcher = None
+            if structure is not None:
+                if self.grammars is None:
+                    raise GrammarError("invalid sampling parameter structure: no grammar backend")
+                matcher = self.grammars.compiled(structure).matcher(sorted(stops))
+            state = self._states[seq] = RowState(seq, matcher, stops)
+        state.catch_up(seq, seq.num_prompt_tokens + num_output)
+        return state
+
+    def _mask(self, logits: torch.Tensor, constrained: list[tuple[Row, RowState]]) -> set[int]:
+        """Fill and apply the constrained rows' bitmask; the rows it leaves only stops."""
+        assert self.grammars is not None
+        backend = self.grammars.backend()
+        bitmask = self._bitmask_for(logits.shape[0], backend.allocate_bitmask)
+        forced: set[int] = set()
+        for (row, seq, num_out), state in constrained:
+            assert state.matcher is not None
+            stop_row = self._stop_row(tuple(sorted(state.stops)), bitmask.shape[1])
+            if state.matcher.is_terminated():
+                bitmask[row] = stop_row
+            else:
+                state.matcher.fill(bitmask, row)
+            if num_out < seq.params.min_tokens and not (bitmask[row] & ~stop_row).any():
+                forced.add(row)  # min_tokens cannot hold: the grammar ends here
+        backend.apply_bitmask(logits, bitmask, [row for (row, _, _), _ in constrained])
+        return forced
+
+    def _bitmask_for(self, rows: int, allocate: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """The bitmask buffer, reused across steps (every row used is filled first)."""
+        if self._bitmask is None or self._bitmask.shape[0] < rows:
+            self._bitmask = allocate(max(rows, 64))
+        return self._bitmask
+
+    def _stop_row(self, stops: tuple[int, ...], width: int) -> torch.Tensor:
+        """The bitmask row that allows only ``stops``."""
+        row = self._stop_rows.get(stops)
+        if row is None:
+            words = [0] * width
+            for t in stops:
+                words[t // 32] |= 1 << (t % 32)
+            signed = [w - (1 << 32) if w >= 1 << 31 else w for w in words]  # as int32
+            row = self._stop_rows[stops] = torch.tensor(signed, dtype=torch.int32)
+        return row
