@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, get_args, get_type_hints
 
 from producer.keys import BANDS
 from worker import envs
+from worker.engine.fair_share import parse_tenant_weights
 from worker.engine.step_targets import parse_tpot_targets
 
 # TPOT targets by band (``producer.keys.BANDS``; a band not named has none). 150 ms keeps chats
@@ -80,7 +82,7 @@ class SchedulerConfig:
     # job (10) before interactive jobs (-10) that arrive more than 100 s after it.
     aging_per_s: float = 0.2
 
-    @property
+    @cached_property  # read every step
     def tpot_targets_s(self) -> dict[str, float]:
         return {band: ms / 1000 for band, ms in self.tpot_target_ms.items()}
 
@@ -246,14 +248,3 @@ def _add_priority_arguments(parser: argparse.ArgumentParser) -> None:
         default=aging,
         help=f"priority points a waiting job gains per second (default {aging:g}; 0: off)",
     )
-
-
-def parse_tenant_weights(items: Sequence[str]) -> dict[str, float]:
-    """``--tenant-weight TENANT=WEIGHT`` items as ``SchedulerConfig.tenant_weights``."""
-    weights = {}
-    for item in items:
-        tenant, sep, weight = item.partition("=")
-        if not sep or not tenant:
-            raise ValueError(f"--tenant-weight takes TENANT=WEIGHT, got {item!r}")
-        weights[tenant] = float(weight)
-    return weights

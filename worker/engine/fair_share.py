@@ -64,3 +64,14 @@ def capped_tenants(running: Iterable[Sequence], cap: int | None) -> set[str]:
         return set()
     counts = Counter(s.tenant for s in running)
     return {t for t, n in counts.items() if n >= cap}
+
+
+def parse_tenant_weights(items: Iterable[str]) -> dict[str, float]:
+    """``--tenant-weight TENANT=WEIGHT`` items as ``SchedulerConfig.tenant_weights``."""
+    weights = {}
+    for item in items:
+        tenant, sep, weight = item.partition("=")
+        if not sep or not tenant:
+            raise ValueError(f"--tenant-weight takes TENANT=WEIGHT, got {item!r}")
+        weights[tenant] = float(weight)
+    return weights

@@ -3,17 +3,16 @@
 Each step spends two budgets: ``max_num_seqs`` sequences and ``max_num_batched_tokens`` tokens.
 Running decodes go first (one token each) so a long prompt never stalls them; then running
 sequences still prefilling get chunks; then waiting sequences are admitted in the wait queue's
-order: priority (lower is more urgent), then tenant fair share, then arrival.
+order: effective priority (lower is more urgent; it improves with age, ``aging``), then tenant
+fair share, then arrival. When running decodes have a TPOT target, prefill gets only what the
+step-cost model says the target leaves (``step_targets``, ``step_cost``).
 
 Preemption frees a running sequence's blocks and requeues it under its original arrival, so it
-keeps its place; it later recomputes and continues exactly where it stopped. The victim is always
-the least urgent, most recently started sequence. Two things preempt: a running sequence that
-needs a block when none is free (``kv_cache_full``), and a waiting sequence that cannot start
-while strictly less urgent ones run (``priority``, bounded by ``max_priority_preemptions``).
+keeps its place; it later recomputes and continues exactly where it stopped. The victim is the
+least urgent (effective priority), most recently started sequence. Two things preempt: a running
+sequence that needs a block when none is free (``kv_cache_full``), and a waiting sequence that
+cannot start while less urgent ones run (``priority``, bounded by ``max_priority_preemptions``).
 A sequence being admitted starts after the longest prefix the block manager has cached for it.
-Priorities age with the wait (``aging``), for the queue and for preemption alike; a step's
-prefill is cut to what running decodes' TPOT targets leave (``step_targets``), as the step cost
-model (``step_cost``) fitted from the intervals between steps predicts it.
 The scheduler decides and never touches tensors.
 """
 

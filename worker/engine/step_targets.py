@@ -40,12 +40,16 @@ class PrefillAllowance:
     ) -> PrefillAllowance | None:
         """The allowance of a step whose decodes are ``decodes``; None when none of them is
         of a band with a target (the step keeps its whole token budget)."""
-        target_s = math.inf
+        if not targets_s:
+            return None
+        by_priority: dict[int, float] = {}  # a few priorities among up to 256 decodes
         num_decodes = context = 0
         for seq in decodes:
             num_decodes += 1
             context += seq.num_tokens
-            target_s = min(target_s, targets_s.get(band_of(seq.priority), math.inf))
+            if seq.priority not in by_priority:
+                by_priority[seq.priority] = targets_s.get(band_of(seq.priority), math.inf)
+        target_s = min(by_priority.values(), default=math.inf)
         if target_s == math.inf:
             return None
         decode_s = cost.predict_s(StepFeatures(num_decodes, 0, context))
