@@ -16,8 +16,10 @@ import torch
 
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import EngineConfig
+from worker.engine.constraint_gate import ConstraintGate
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.engine_request import EngineRequest, validate_request
+from worker.engine.grammar_compiles import GrammarCompiles, xgrammar_backend
 from worker.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from worker.engine.outputs import Completion, RequestOutput
 from worker.engine.overlap import OverlapLoop, overlap_mode
@@ -62,7 +64,10 @@ class LLMEngine:
         if self.tokenizer.eos_token_id is not None:
             eos.add(int(self.tokenizer.eos_token_id))
         self.eos_token_ids = frozenset(eos)
-        self.sampler = Sampler(sorted(eos), seed=config.seed)
+        # Structure constraints compile on a thread of their own; requests wait for them here.
+        grammars = GrammarCompiles(xgrammar_backend(self.tokenizer, model.config.vocab_size, eos))
+        self._constraints = ConstraintGate(grammars)
+        self.sampler = Sampler(sorted(eos), seed=config.seed, grammars=grammars)
         capacity = self.runner.num_blocks * config.cache.block_size
         self.max_model_len = min(
             config.scheduler.max_model_len or model.config.max_position,
@@ -92,6 +97,8 @@ class LLMEngine:
         if request_id in self._requests:
             raise InvalidRequestError(f"request {request_id!r} is already in the engine")
         self._validate(request)
+        if self._constraints.hold(request):  # compiling: added by _schedule once compiled
+            return
         arrival = next(self._arrivals)
         states = [self._choice_state(request, i, arrival) for i in range(request.params.n)]
         live = [s for s in states if not s.seq.is_finished]
@@ -148,6 +155,9 @@ class LLMEngine:
     def abort(self, request_id: str) -> bool:
         """End a waiting or running request (all its choices) now; its blocks return at once.
         False if unknown."""
+        if (held := self._constraints.abort(request_id)) is not None:
+            self._aborted += held
+            return True
         states = self._requests.pop(request_id, None)
         if states is None:
             return False
@@ -160,11 +170,11 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         """Requests still running, or outputs (aborts, resumed ends) not yet reported."""
-        return bool(self._requests or self._aborted)
+        return bool(self._requests or self._aborted or self._constraints.num_held)
 
     def wait_info(self) -> dict[str, WaitInfo]:
         """Why each waiting request waits (reason, position), by request id."""
-        return self.scheduler.wait_info()
+        return {**self.scheduler.wait_info(), **self._constraints.wait_info()}
 
     def cache_stats(self) -> PrefixCacheStats:
         """Prefix-cache counters: tokens looked up and found, cached blocks, evictions."""
@@ -194,6 +204,7 @@ class LLMEngine:
 
     def _schedule(self) -> SchedulerOutput:
         """The next step's decision, noting its preemptions and token count for the caller."""
+        self._aborted += self._constraints.release(self.add_request)  # compiled: to the queue
         decision = self.scheduler.schedule()
         self.last_preempted = tuple(dict.fromkeys(decision.preempted_ids))
         self.last_num_batched_tokens = decision.num_batched_tokens

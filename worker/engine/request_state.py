@@ -17,7 +17,7 @@ class RequestState:
 
     def sampling_request(self) -> SamplingRequest:
         """What the sampler needs of this choice for its next token."""
-        return SamplingRequest(self.seq.params, self.seq.num_output_tokens)
+        return SamplingRequest(self.seq.params, self.seq.num_output_tokens, self.seq)
 
     def append(
         self,
