@@ -85,7 +85,7 @@ def test_state_follows_the_sequence_step_by_step() -> None:
     seq = sequence([1, 2, 3], [], p)
     processors = RowProcessors(eos_token_ids=(2,), grammars=None)
     gen = torch.Generator().manual_seed(2)
-    for step in range(12):
+    for _ in range(12):
         logits = torch.randn(1, VOCAB, generator=gen)
         raw = logits.clone()
         changes = processors.apply(logits, [(0, seq, seq.num_output_tokens)])
@@ -114,4 +114,5 @@ def test_the_sampler_draws_from_the_penalized_logits(temperature: float) -> None
 
 def test_a_penalized_row_without_its_sequence_is_an_error() -> None:
     with pytest.raises(ValueError, match="needs its sequence"):
-        Sampler([2])(torch.zeros(1, VOCAB), [SamplingRequest(SamplingParams(presence_penalty=1), 0)])
+        request = SamplingRequest(SamplingParams(presence_penalty=1.0), 0)
+        Sampler([2])(torch.zeros(1, VOCAB), [request])
