@@ -12,20 +12,26 @@ with temperature and top-p; ``--min-tokens``: EOS stays masked) with ``ignore_eo
 in which all ``B`` decode are timed, after ``--warmup`` such steps.
 
 Each phase is timed by wrapping the engine's own parts from outside (no timing code in the
-engine): ``schedule`` and ``update`` of the scheduler, ``prepare`` and ``run`` of the runner,
-the sampler, and ``RequestState.append`` (stop checks and detokenization, one call per request;
-``detokenize`` is its `IncrementalDetokenizer.add_tokens` part). ``forward`` is run - prepare:
-the layers, and the runner's own Python around them (batch order, gathering the sampling rows
-and the LM head's projection into `LogitsBuffer`). ``other`` is the rest of ``step``: the
-engine's per-request glue (sampling requests, outputs) and freeing the step's tensors. ``host_ms``
-is the step less forward and sampling: scheduling, input preparation and output processing,
-what issue 19's goal bounds (1 ms at batch 256).
+engine; `step_timer.py`): ``schedule`` and ``update`` of the scheduler, ``prepare`` and ``run``
+of the runner, the sampler, and `RequestState.append` or ``emit`` (stop checks and
+detokenization, one call per request; ``detokenize`` is its `IncrementalDetokenizer.add_tokens`
+part). ``forward`` is run - prepare: the layers, and the runner's own Python around them (batch
+order, gathering the sampling rows and the LM head's projection into `LogitsBuffer`). ``other``
+is the rest of the caller's step: the engine's per-request glue (sampling requests, outputs)
+and freeing the step's tensors. ``host_ms`` is the step less forward and sampling:
+scheduling, input preparation and output processing on the critical path, what issue 19's
+goal bounds (1 ms at batch 256).
 
-This times the plain loop (``overlap_steps`` "auto" is "off" on the CPU), where `step` runs every
-phase one after another on one thread: every phase is on the critical path, and the named
-phases add up to the step (``named_share_of_step`` near 1). The overlapped loop (`overlap.py`)
-takes detokenizing and stop strings off it; ``overlap_loop.py`` times the two loops against
-each other. Each wrapper adds well under a microsecond per call.
+``--overlap-steps`` picks the loop ("auto" is "off" on the CPU: the plain loop, every phase one
+after another on the calling thread, all on the critical path). ``thread``: the overlapped loop
+(`overlap.py`) with prepare, forward and sampling on its step thread; the scheduler update and
+the deferred ``emit`` (detokenizing, stop strings) run on the caller while the next step
+computes, so they leave the critical path as long as they are shorter than that compute. There
+the step is the caller's period, ``wait`` its time blocked on the step thread, and
+``device_idle`` the step thread's idle time between two computes: the host work it waited for,
+measured on the thread that waits. ``async`` on the CPU runs each op as it is called, so it
+only reorders the loop. Compare loops in separate processes (`overlap_loop.py` says why).
+Each wrapper adds well under a microsecond per call.
 """
 
 from __future__ import annotations
@@ -40,10 +46,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, get_args, get_type_hints
 
 import torch
 
@@ -52,10 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ops.bench.engine import environment, in_worker_thread, normal_token_ids
 from ops.bench.random_model import write_random_model
+from ops.bench.step_timer import StepTimer, instrumented
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.llm_engine import LLMEngine
-from worker.engine.request_state import RequestState
 from worker.engine.sampling_params import SamplingParams
 from worker.models.loader import resolve_model_dir
 
@@ -65,65 +69,17 @@ PHASES = (
     ("prepare", "input preparation (ModelRunner.prepare)"),
     ("forward", "forward (layers + logits)"),
     ("sample", "sampling"),
+    ("resolve", "overlapped: resolve (ids joined, EOS/length ends)"),
     ("update", "output: scheduler update"),
-    ("append", "output: RequestState.append"),
+    ("append", "output: RequestState.append / emit"),
     ("detokenize", "  of which detokenize"),
     ("other", "other step glue"),
+    ("wait", "caller waits for the step thread"),
+    ("device_idle", "step thread idle between computes"),
 )
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-class StepTimer:
-    """Seconds per phase of the step in progress, and of every finished one."""
-
-    def __init__(self) -> None:
-        self.current: dict[str, float] = {}
-        self.steps: list[dict[str, float]] = []
-
-    def timed(self, phase: str, fn: Callable[P, R]) -> Callable[P, R]:
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                elapsed = time.perf_counter() - start
-                self.current[phase] = self.current.get(phase, 0.0) + elapsed
-
-        return wrapper
-
-    def end_step(self, step_s: float, keep: bool) -> None:
-        phases, self.current = self.current, {}
-        if not keep:
-            return
-        t = {k: phases.get(k, 0.0) for k, _ in PHASES}
-        t["forward"] = phases.get("run", 0.0) - t["prepare"]
-        t["other"] = step_s - sum(v for k, v in t.items() if k not in ("detokenize", "other"))
-        t["step"] = step_s
-        self.steps.append(t)
-
-
-@contextmanager
-def instrumented(engine: LLMEngine, timer: StepTimer) -> Iterator[None]:
-    """Wrap the engine's parts until exit: attributes of its own instances, and the methods of
-    the per-request classes (called once per request per step)."""
-    parts: list[tuple[object, str, str]] = [
-        (engine.scheduler, "schedule", "schedule"),
-        (engine.scheduler, "update", "update"),
-        (engine.runner, "prepare", "prepare"),
-        (engine.runner, "run", "run"),
-        (engine, "sampler", "sample"),  # called as sampler(logits, requests)
-        (RequestState, "append", "append"),
-        (IncrementalDetokenizer, "add_tokens", "detokenize"),
-    ]
-    originals = [getattr(obj, attr) for obj, attr, _ in parts]
-    for (obj, attr, phase), fn in zip(parts, originals, strict=True):
-        setattr(obj, attr, timer.timed(phase, fn))
-    try:
-        yield
-    finally:
-        for (obj, attr, _), fn in zip(parts, originals, strict=True):
-            setattr(obj, attr, fn)
+# What runs after the next step was launched, while it computes, by loop; on the CPU the async
+# launch runs the step's ops as they are called, so only the thread mode hides anything.
+OFF_PATH = {"thread": ("update", "append", "detokenize", "wait")}
 
 
 def request_params(i: int, args: argparse.Namespace, max_tokens: int) -> SamplingParams:
@@ -142,7 +98,7 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, 
     """Median ms per phase over ``args.steps`` steps in which all ``batch`` requests decode."""
     budget = max(512, batch)  # the default step budget, raised to fit one decode per request
     prefill_steps = math.ceil(batch * args.prompt_len / budget)
-    max_tokens = prefill_steps + args.warmup + args.steps + 2  # nobody finishes while timed
+    max_tokens = prefill_steps + args.warmup + args.steps + 4  # nobody finishes while timed
     blocks = batch * math.ceil((args.prompt_len + max_tokens) / 16) + 1
     engine = LLMEngine(
         EngineConfig(
@@ -151,6 +107,7 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, 
             dtype="float32",
             attention_backend=args.backend,
             num_threads=args.threads,
+            overlap_steps=args.overlap_steps,
             cache=CacheConfig(block_size=16, num_blocks=blocks),
             scheduler=SchedulerConfig(max_num_seqs=batch, max_num_batched_tokens=budget),
         )
@@ -161,7 +118,8 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, 
         prompt = rng.choices(vocab, k=args.prompt_len)
         params = request_params(i, args, max_tokens)
         engine.add_prompt(f"r{i}", params=params, prompt_token_ids=prompt)
-    return summarise(time_steps(engine, args, batch), batch)
+    loop = "off" if engine._overlap is None else engine._overlap.launcher.mode
+    return summarise(time_steps(engine, args, batch), batch, loop)
 
 
 def time_steps(engine: LLMEngine, args: argparse.Namespace, batch: int) -> StepTimer:
@@ -170,13 +128,12 @@ def time_steps(engine: LLMEngine, args: argparse.Namespace, batch: int) -> StepT
     steady = 0  # consecutive steps in which every request decodes
     with instrumented(engine, timer):
         while len(timer.steps) < args.steps:
-            running = engine.scheduler.running  # all decode when all run, each one token behind
-            all_decode = len(running) == batch and all(
-                s.num_uncomputed_tokens == 1 for s in running
-            )
             start = time.perf_counter()
             engine.step()
             step_s = time.perf_counter() - start
+            # All decode when all run and the step computed one token each (the overlapped
+            # loop returns the step before; its steady state starts one call later).
+            all_decode = len(engine.scheduler.running) == batch == engine.last_num_batched_tokens
             steady = steady + 1 if all_decode else 0
             timer.end_step(step_s, keep=steady > args.warmup)
             if not engine.has_unfinished():
@@ -184,38 +141,47 @@ def time_steps(engine: LLMEngine, args: argparse.Namespace, batch: int) -> StepT
     return timer
 
 
-def summarise(timer: StepTimer, batch: int) -> dict[str, Any]:
+def summarise(timer: StepTimer, batch: int, loop: str) -> dict[str, Any]:
     keys = [k for k, _ in PHASES] + ["step"]
-    ms = {k: 1e3 * statistics.median(s[k] for s in timer.steps) for k in keys}
-    named = [sum(s[k] for k, _ in PHASES if k not in ("detokenize", "other")) for s in timer.steps]
-    # Scheduling, input preparation and output processing: the step less forward and sampling.
+    ms = {k: 1e3 * statistics.median(s.get(k, 0.0) for s in timer.steps) for k in keys}
+    named = [step_s["step"] - step_s["other"] for step_s in timer.steps]
+    # Scheduling, input preparation and output processing on the critical path: the step less
+    # forward and sampling. In the thread mode the step is the caller's period, which the
+    # step thread's compute and its idle time make up.
     host = [s["step"] - s["forward"] - s["sample"] for s in timer.steps]
+    off_path = OFF_PATH.get(loop, ())
     return {
         "batch": batch,
+        "loop": loop,
         "steps": len(timer.steps),
         "median_ms": ms,
         "host_ms": 1e3 * statistics.median(host),
         "step_ms_all": [round(1e3 * s["step"], 3) for s in timer.steps],
-        # Near 1: the named phases, run one after another, are the step (nothing overlaps).
+        # The caller's named phases over its step: near 1 when they are all there is to it.
         "named_share_of_step": sum(named) / sum(s["step"] for s in timer.steps),
         "host_share": 1.0 - ms["forward"] / ms["step"],  # what overlapping the host could hide
-        "critical_path": [k for k, _ in PHASES],  # step() runs each in turn on one thread
+        "critical_path": [k for k, _ in PHASES if k not in off_path],
         "tokens_per_s": batch / (ms["step"] / 1e3),
     }
 
 
 def markdown(report: dict[str, Any]) -> str:
     runs = report["batches"]
+    off_path = {k for k, _ in PHASES if all(k not in r["critical_path"] for r in runs)}
 
     def row(label: str, cells: list[str], critical: str = "") -> str:
         return f"| {label} | {critical} | " + " | ".join(cells) + " |"
 
     lines = [row("phase (median ms per step)", [f"B={r['batch']}" for r in runs], "critical path")]
     lines.append("| --- | --- |" + " ---: |" * len(runs))
-    lines += [row(label, [f"{r['median_ms'][k]:.2f}" for r in runs], "yes") for k, label in PHASES]
+    lines += [
+        row(label, [f"{r['median_ms'][k]:.2f}" for r in runs], "no" if k in off_path else "yes")
+        for k, label in PHASES
+        if any(r["median_ms"][k] for r in runs)
+    ]
     lines += [
         row(
-            "**host: step - forward - sampling**",
+            "**host on the critical path: step - forward - sampling**",
             [f"**{r['host_ms']:.2f}**" for r in runs],
         ),
         row("**step**", [f"**{r['median_ms']['step']:.2f}**" for r in runs]),
@@ -233,6 +199,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="all-decode steps before timing")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--backend", choices=("cpu", "torch"), default="cpu", help="attention backend")
+    loops = get_args(get_type_hints(EngineConfig)["overlap_steps"])
+    p.add_argument("--overlap-steps", choices=loops, default=EngineConfig.overlap_steps)
     p.add_argument("--sampling", choices=("greedy", "mixed"), default="greedy")
     p.add_argument("--min-tokens", action="store_true", help="min_tokens = max_tokens: EOS masked")
     p.add_argument("--prompt-len", type=int, default=8)

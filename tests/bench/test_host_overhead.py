@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -36,3 +37,26 @@ def test_host_overhead_reports_every_phase_per_batch(tmp_path: Path, tiny_model_
     lines = report["markdown"].splitlines()
     assert lines[0].endswith("| B=1 | B=4 |")
     assert sum(line.startswith("| schedule | yes |") for line in lines) == 1
+
+
+def test_host_overhead_times_the_overlapped_loop_on_the_thread_that_waits(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    bench = load_script("host_overhead")
+    emit, switch_s = RequestState.emit, sys.getswitchinterval()
+    args = ["--batches", "4", "--steps", "3", "--warmup", "1", "--shape", "tiny"]
+    args += ["--tokenizer", str(tiny_model_dir), "--out", str(tmp_path / "host.json")]
+    args += ["--threads", str(torch.get_num_threads()), "--overlap-steps", "thread"]
+    try:
+        (run,) = bench.main(args)["batches"]
+    finally:
+        sys.setswitchinterval(switch_s)  # the thread mode lowers it process-wide
+    assert RequestState.emit == emit
+    ms = run["median_ms"]
+    assert run["loop"] == "thread" and run["steps"] == 3
+    # Prepare, forward and sampling ran on the step thread, and were joined to the steps.
+    assert ms["forward"] > 0 and ms["sample"] > 0 and ms["prepare"] > 0 and ms["wait"] > 0
+    assert ms["append"] > 0 and ms["resolve"] > 0 and ms["device_idle"] > 0
+    assert "append" not in run["critical_path"] and "update" not in run["critical_path"]
+    assert "schedule" in run["critical_path"] and "device_idle" in run["critical_path"]
+    assert "| output: RequestState.append / emit | no |" in bench.markdown({"batches": [run]})

@@ -88,8 +88,9 @@ class InputBatch:
         and the all-zero table row, up to that many rows.
         """
         rows = self.rows.claim(items)
-        qlens = [len(item.token_ids) for item in items]
-        starts = [item.num_computed_tokens for item in items]
+        # One transposing pass over the items, not one per field (they are named tuples).
+        _, tokens, starts, tables, samples, _ = zip(*items, strict=True)
+        qlens = list(map(len, tokens))
         real_seqs, real_tokens = len(items), sum(qlens)
         if pad_to is not None and (real_tokens != real_seqs or pad_to < real_seqs):
             raise ValueError(f"only a decode-only step of <= {pad_to} rows pads to {pad_to}")
@@ -98,13 +99,13 @@ class InputBatch:
         if t > self.max_tokens or s > self.max_seqs:
             self._alloc_staging(max(s, self.max_seqs), max(t, self.max_tokens))
         a64, a32 = self.np64, self.np32
-        a64[:real_tokens] = list(chain.from_iterable([item.token_ids for item in items]))
+        a64[:real_tokens] = list(chain.from_iterable(tokens))
         a32[2 * s + 1 : 2 * s + 1 + real_seqs] = rows
         if real_tokens == real_seqs:
             self._decode_rows(starts, t, s)
         else:
             self._chunk_rows(starts, qlens, t, s)
-        num_logits = self._logits_rows([item.samples for item in items], t, s)
+        num_logits = self._logits_rows(samples, t, s)
         if s > real_seqs:
             self._pad(real_tokens, real_seqs, t, s)
         lens = tuple(a32[:s].tolist())
@@ -113,7 +114,7 @@ class InputBatch:
             num_seqs=s,
             num_logits=num_logits,
             num_diffs=self._stage_diffs(3 * t + num_logits, 3 * s + 1),
-            width=self.width if pad_to else max([len(item.block_ids) for item in items]),
+            width=self.width if pad_to else max(map(len, tables)),
             num_decodes=qlens.count(1) + s - real_seqs,
             num_padding=s - real_seqs,
             max_seq_len=max(lens[:real_seqs]),
@@ -121,7 +122,7 @@ class InputBatch:
             seq_lens_host=lens,
         )
 
-    def _decode_rows(self, starts: list[int], t: int, s: int) -> None:
+    def _decode_rows(self, starts: Sequence[int], t: int, s: int) -> None:
         """positions, seq_lens, query_start_loc and slots of a step of one token per row."""
         n, a64, a32 = len(starts), self.np64, self.np32
         pos = a64[t : t + n]
@@ -130,7 +131,7 @@ class InputBatch:
         a32[s : s + n + 1] = self._arange[: n + 1]
         self._slots(a32[2 * s + 1 : 2 * s + 1 + n], pos, a64[2 * t : 2 * t + n])
 
-    def _chunk_rows(self, starts: list[int], qlens: list[int], t: int, s: int) -> None:
+    def _chunk_rows(self, starts: Sequence[int], qlens: list[int], t: int, s: int) -> None:
         """The same for a step with prefill chunks: per-row values repeated per token."""
         n, a64, a32 = len(starts), self.np64, self.np32
         q: Ints = np.array(qlens, dtype=np.int64)
@@ -153,7 +154,7 @@ class InputBatch:
         out *= bs
         out += pos % bs
 
-    def _logits_rows(self, samples: list[bool], t: int, s: int) -> int:
+    def _logits_rows(self, samples: Sequence[bool], t: int, s: int) -> int:
         """Write the last query row of each row that samples, at ``[3T, 3T+R)``; R."""
         out, ends = self.np64[3 * t :], self.np32[s + 1 : s + 1 + len(samples)]
         if all(samples):

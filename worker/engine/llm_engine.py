@@ -197,10 +197,13 @@ class LLMEngine:
             requests = [s.sampling_request() for s in states]
             sampled, bad_rows = sample_contained(self.sampler, result.logits, requests)
             failed |= {states[row].seq.seq_id: why for row, why in bad_rows.items()}
+            append = self._append
             for state, token, lps in zip(states, sampled.token_ids, sampled.logprobs, strict=True):
-                if state.seq.seq_id not in failed:
-                    outputs += self._append(state, token, lps, failed)
-        return outputs + self._fail(failed)
+                if not failed or state.seq.seq_id not in failed:
+                    out = append(state, token, lps, failed)
+                    if out is not None:
+                        outputs.append(out)
+        return outputs + self._fail(failed) if failed else outputs
 
     def _schedule(self) -> SchedulerOutput:
         """The next step's decision, noting its preemptions and token count for the caller."""
@@ -217,16 +220,18 @@ class LLMEngine:
         logprobs: TokenLogprobs | None,
         failed: Failures,
         appended: bool = False,  # the sequence holds the token already: stop checks and text
-    ) -> list[RequestOutput]:
+    ) -> RequestOutput | None:
+        """``state``'s output for ``token``, its request finished if the token ends it; None,
+        and the request in ``failed``, if that raised."""
         add = state.emit if appended else state.append
         try:
             out, reason = add(token, logprobs, self.eos_token_ids, self.max_model_len)
         except Exception as exc:  # e.g. the detokenizer on one request: that request only
             failed[state.seq.seq_id] = describe(exc)
-            return []
+            return None
         if reason is not None:
             self._finish(state, reason)
-        return [out]
+        return out
 
     def _fail(self, failed: Failures) -> list[RequestOutput]:
         """End every request one of whose choices failed in this step, all its choices, with

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import structlog
 import torch
@@ -26,6 +27,7 @@ from worker.models.base import CausalLM, StepContext
 from worker.models.config import ModelConfig
 
 log = structlog.get_logger("paternoster.engine")
+_COMPUTED = attrgetter("num_computed_tokens")
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,8 @@ class ModelRunner:
         little where running order would pad a 20-token chat to a 2k-token document.
         """
         d = output.num_decodes
-        decodes = sorted(output.scheduled[:d], key=lambda s: -s.num_computed_tokens)
+        # reverse keeps equal keys in running order, as a key of -num_computed_tokens did.
+        decodes = sorted(output.scheduled[:d], key=_COMPUTED, reverse=True)
         return decodes + list(output.scheduled[d:])
 
     def padded_size(self, items: Sequence[ScheduledSequence]) -> int | None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
 
 from worker.engine.sampler import TokenLogprobs
 from worker.engine.sequence import FinishReason
@@ -26,6 +27,19 @@ class RequestOutput:
     index: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     error: str | None = None  # with finish_reason "error": what failed, for the caller
+
+    @classmethod
+    def fast(cls, **values: Any) -> RequestOutput:
+        """``RequestOutput(**values)``, without the frozen ``__init__``'s ``object.__setattr__``
+        per field: 0.36 us against 1.13 (one per request per step: 0.2 ms at batch 256). The
+        fields are not checked: the engine's own callers pass them (`RequestState.output`)."""
+        out = object.__new__(cls)
+        out.__dict__.update(_DEFAULTS, **values)
+        return out
+
+
+# Every field that has a default, for `RequestOutput.fast`.
+_DEFAULTS = {f.name: f.default for f in fields(RequestOutput) if f.default is not MISSING}
 
 
 @dataclass(frozen=True)

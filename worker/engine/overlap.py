@@ -85,10 +85,13 @@ class OverlapLoop:
             self._pending = self.launcher.launch(decision, requests)
             e.scheduler.update(decision)
         failed: Failures = {}
+        append, live = e._append, e._states
         for state, token, lps in deferred:
-            if state.seq.seq_id in e._states and not state.seq.is_finished:
-                outputs += e._append(state, token, lps, failed, appended=True)
-        return outputs + e._fail(failed)
+            if state.seq.seq_id in live and not state.seq.is_finished:
+                out = append(state, token, lps, failed, appended=True)
+                if out is not None:
+                    outputs.append(out)
+        return outputs + e._fail(failed) if failed else outputs
 
     def _resolve(self, done: StepResult, deferred: Deferred) -> list[RequestOutput]:
         """Append each live sequence's token; emit now the ones that end it whatever its text,
@@ -103,7 +106,9 @@ class OverlapLoop:
                 continue  # aborted, finished or failed since launch: its token is dropped
             state.seq.append_token(token)
             if state.ends_whatever_text(e.eos_token_ids, e.max_model_len):
-                outputs += e._append(state, token, lps, failed, appended=True)
+                out = e._append(state, token, lps, failed, appended=True)
+                if out is not None:
+                    outputs.append(out)
             else:
                 deferred.append((state, token, lps))
         return outputs + e._fail(failed)

@@ -99,15 +99,16 @@ class RequestState:
         logprobs: tuple[TokenLogprobs, ...],
         reason: FinishReason | None = FinishReason.ABORT,
     ) -> RequestOutput:
-        return RequestOutput(
-            request_id=self.seq.request_id,
+        seq = self.seq
+        return RequestOutput.fast(
+            request_id=seq.request_id,
             new_token_ids=new_token_ids,
             text_delta=delta,
             finished=reason is not None,
             finish_reason=reason,
-            num_prompt_tokens=self.seq.num_prompt_tokens,
-            num_output_tokens=self.seq.num_output_tokens,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_output_tokens=len(seq.token_ids) - seq.num_prompt_tokens,
             logprobs=logprobs,
-            index=self.seq.index,
-            num_cached_tokens=self.seq.num_cached_tokens,
+            index=seq.index,
+            num_cached_tokens=seq.num_cached_tokens,
         )

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from worker.engine.sequence import Sequence
 
 
-@dataclass(frozen=True)
-class ScheduledSequence:
-    """One sequence's share of a step: which tokens to compute, where their K/V go."""
+class ScheduledSequence(NamedTuple):
+    """One sequence's share of a step: which tokens to compute, where their K/V go.
+
+    A named tuple, immutable like a frozen dataclass but built in 0.16 us against 0.49 us
+    (positional; 0.68 with keywords): one is built per sequence per step, 256 at batch 256.
+    """
 
     request_id: str
     token_ids: tuple[int, ...]  # the num_scheduled_tokens tokens computed this step
@@ -42,24 +46,25 @@ class SchedulerOutput:
         cls, planned: Iterable[tuple[Sequence, int]], preempted: Iterable[Sequence]
     ) -> SchedulerOutput:
         """The step for ``planned`` (sequence, tokens to compute), decodes first."""
-        planned = list(planned)
-        items = [
-            ScheduledSequence(
-                request_id=seq.request_id,
-                token_ids=tuple(
-                    seq.token_ids[seq.num_computed_tokens : seq.num_computed_tokens + n]
-                ),
-                num_computed_tokens=seq.num_computed_tokens,
-                block_ids=tuple(seq.block_ids),
-                samples=seq.num_computed_tokens + n == seq.num_tokens,
-                seq_id=seq.seq_id,
+        decodes: list[ScheduledSequence] = []
+        chunks: list[ScheduledSequence] = []
+        num_batched_tokens = 0
+        for seq, n in planned:
+            ids, start = seq.token_ids, seq.num_computed_tokens
+            end = start + n
+            item = ScheduledSequence(
+                seq.request_id,
+                (ids[start],) if n == 1 else tuple(ids[start:end]),
+                start,
+                tuple(seq.block_ids),
+                end == len(ids),
+                seq.seq_id,
             )
-            for seq, n in planned
-        ]
-        items.sort(key=lambda s: not s.is_decode)  # stable: decodes first, in running order
+            (decodes if n == 1 else chunks).append(item)  # decodes first, in running order
+            num_batched_tokens += n
         return cls(
-            scheduled=tuple(items),
-            num_batched_tokens=sum(n for _, n in planned),
+            scheduled=tuple(decodes + chunks),
+            num_batched_tokens=num_batched_tokens,
             preempted_ids=tuple(s.request_id for s in preempted),
         )
 
@@ -69,4 +74,4 @@ class SchedulerOutput:
 
     @property
     def num_decodes(self) -> int:
-        return sum(1 for s in self.scheduled if s.is_decode)
+        return sum(1 for s in self.scheduled if len(s.token_ids) == 1)

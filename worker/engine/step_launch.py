@@ -17,6 +17,7 @@ retried per sequence or per row, and the sequences that still fail come back in 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -77,15 +78,27 @@ class InFlight:
         return StepResult(self._seq_ids, token_ids, logprobs, self._failed)
 
 
+# The step thread needs the GIL between its ops, and the caller's Python (the last step's text)
+# keeps it for up to the interpreter's switch interval (5 ms by default) before handing it over.
+# `ops/bench/host_overhead.py --overlap-steps thread --batches 256` (load average ~6): the step
+# thread sat idle 6.2 ms between two steps with 5 ms, 2.2 ms with 1 ms, 1.5 ms with 0.2 ms.
+THREAD_SWITCH_INTERVAL_S = 0.0002
+
+
 class StepLauncher:
     """Launches steps of ``runner`` and ``sampler``, ``async`` or on a ``thread``."""
 
     def __init__(self, runner: ModelRunner, sampler: Sampler, mode: str) -> None:
         if mode not in ("async", "thread"):
             raise ValueError(f"no launch mode {mode!r}")
+        self.mode = mode
         self.runner = runner
         self.sampler = sampler
-        self._pool = ThreadPoolExecutor(1, "paternoster-step") if mode == "thread" else None
+        self._pool = None
+        if mode == "thread":
+            self._pool = ThreadPoolExecutor(1, "paternoster-step")
+            # Process-wide, and only ever lowered: the thread mode is the one that needs it.
+            sys.setswitchinterval(min(sys.getswitchinterval(), THREAD_SWITCH_INTERVAL_S))
 
     def launch(
         self, decision: SchedulerOutput, requests: Mapping[int, SamplingRequest]

@@ -1,0 +1,127 @@
+"""Timing an `LLMEngine.step` by phase from outside the engine, on whichever thread a phase runs.
+
+`host_overhead.py` wraps the engine's parts (the scheduler's ``schedule`` and ``update``, the
+runner's ``prepare`` and ``run``, the sampler, `RequestState.append`/``emit`` and the
+detokenizer) and times each call. The plain loop runs them all on the calling thread. The
+overlapped loop's ``thread`` mode runs prepare, forward and sampling on its step thread: those
+phases are kept per computed step and joined to the call that waited for that step's ids, and
+the step thread's idle time between two computes is recorded (``device_idle``): the host work
+the compute waited for, measured where it waits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+from worker.engine.detokenizer import IncrementalDetokenizer
+from worker.engine.llm_engine import LLMEngine
+from worker.engine.overlap import OverlapLoop
+from worker.engine.request_state import RequestState
+from worker.engine.sampler import Sampler
+from worker.engine.step_launch import InFlight
+
+P = ParamSpec("P")
+R = TypeVar("R")
+# Phases of the calling thread that add up to its step; "run" holds "prepare" (and on the
+# calling thread, in the plain loop, the forward). "detokenize" is part of "append".
+CALLER_PHASES = ("schedule", "run", "sample", "update", "append", "resolve", "wait")
+
+
+class StepTimer:
+    """Seconds per phase of the step in progress, and of every finished one."""
+
+    def __init__(self) -> None:
+        self.caller = threading.get_ident()  # the thread that calls `LLMEngine.step`
+        self.current: dict[str, float] = {}
+        self.steps: list[dict[str, float]] = []
+        self._computing: dict[str, float] = {}  # the step thread's compute in progress
+        self._computed: deque[dict[str, float]] = deque()  # its finished computes, oldest first
+        self._last_end: float | None = None
+        self._active: set[tuple[int, str]] = set()  # (thread, phase) being timed: not twice
+
+    def timed(self, phase: str, fn: Callable[P, R]) -> Callable[P, R]:
+        """``fn`` timed as ``phase``; a call inside another of the same phase is not counted."""
+
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            key = (threading.get_ident(), phase)
+            if key in self._active:
+                return fn(*args, **kwargs)
+            self._active.add(key)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                self._active.discard(key)
+                acc = self.current if key[0] == self.caller else self._computing
+                acc[phase] = acc.get(phase, 0.0) + elapsed
+
+        return wrapper
+
+    def computes(self, fn: Callable[P, R]) -> Callable[P, R]:
+        """``fn``, the step thread's whole compute of one step, with its idle time before."""
+
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            start = time.perf_counter()
+            idle = 0.0 if self._last_end is None else start - self._last_end
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._last_end = time.perf_counter()
+                phases, self._computing = self._computing, {}
+                phases["device_idle"] = idle
+                self._computed.append(phases)
+
+        return wrapper
+
+    def end_step(self, step_s: float, keep: bool) -> None:
+        """Close the step (``step_s`` of the caller's wall time); keep its phases if ``keep``.
+        A step computed on the step thread is the one this call waited for."""
+        phases, self.current = self.current, {}
+        computed = self._computed.popleft() if self._computed else {}
+        if not keep:
+            return
+        on_caller = sum(phases.get(k, 0.0) for k in CALLER_PHASES)
+        for key, value in computed.items():
+            phases[key] = phases.get(key, 0.0) + value
+        phases["forward"] = phases.get("run", 0.0) - phases.get("prepare", 0.0)
+        phases["other"] = step_s - on_caller
+        phases["step"] = step_s
+        self.steps.append(phases)
+
+
+@contextmanager
+def instrumented(engine: LLMEngine, timer: StepTimer) -> Iterator[None]:
+    """Wrap the engine's parts until exit: attributes of its own instances, and the methods of
+    the per-request classes (called once per request per step)."""
+    parts: list[tuple[object, str, str]] = [
+        (engine.scheduler, "schedule", "schedule"),
+        (engine.scheduler, "update", "update"),
+        (engine.runner, "prepare", "prepare"),
+        (engine.runner, "run", "run"),
+        (Sampler, "__call__", "sample"),  # the plain loop's and the step thread's
+        (Sampler, "sample_ids", "sample"),  # the async launch's (inside __call__ otherwise)
+        (RequestState, "append", "append"),
+        (RequestState, "emit", "append"),  # the overlapped loop's (inside append in the plain)
+        (IncrementalDetokenizer, "add_tokens", "detokenize"),
+        (InFlight, "result", "wait"),  # for the step thread; on the CPU's async, a tolist
+        (OverlapLoop, "_resolve", "resolve"),  # tokens joined and length/EOS ends, pre-launch
+    ]
+    loop = engine._overlap
+    originals = [getattr(obj, attr) for obj, attr, _ in parts]
+    for (obj, attr, phase), fn in zip(parts, originals, strict=True):
+        setattr(obj, attr, timer.timed(phase, fn))
+    if loop is not None:
+        loop.launcher._compute = timer.computes(loop.launcher._compute)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for (obj, attr, _), fn in zip(parts, originals, strict=True):
+            setattr(obj, attr, fn)
+        if loop is not None:
+            del loop.launcher._compute  # the instance attribute: the class's method again

@@ -1,0 +1,53 @@
+"""The per-step values the engine builds for every request: built fast, the same values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from worker.engine.outputs import RequestOutput
+from worker.engine.sampling_params import SamplingParams
+from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from worker.engine.sequence import FinishReason, Sequence
+
+FIELDS = dict(
+    request_id="r",
+    new_token_ids=(5,),
+    text_delta="hi",
+    finished=True,
+    finish_reason=FinishReason.STOP,
+    num_prompt_tokens=3,
+    num_output_tokens=4,
+    logprobs=(),
+    index=1,
+    num_cached_tokens=2,
+)
+
+
+def test_a_fast_output_is_the_constructors_value_and_stays_frozen() -> None:
+    fast, built = RequestOutput.fast(**FIELDS), RequestOutput(**FIELDS)  # type: ignore[arg-type]
+    assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
+    assert fast.error is None  # a default left out is the default
+    assert dataclasses.replace(fast, error="boom").error == "boom"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.text_delta = "other"  # type: ignore[misc]
+
+
+def sequence(tokens: int, computed: int, blocks: list[int]) -> Sequence:
+    seq = Sequence("r", list(range(100, 100 + tokens)), SamplingParams(), 0)
+    seq.num_computed_tokens, seq.block_ids = computed, blocks
+    return seq
+
+
+def test_a_step_puts_decodes_first_in_running_order_with_their_tokens_and_blocks() -> None:
+    chunk, first, second = sequence(10, 4, [1]), sequence(6, 5, [2, 3]), sequence(3, 2, [4])
+    out = SchedulerOutput.build([(chunk, 3), (first, 1), (second, 1)], [second])
+    assert out.scheduled == (
+        ScheduledSequence("r", (105,), 5, (2, 3), True, first.seq_id),
+        ScheduledSequence("r", (102,), 2, (4,), True, second.seq_id),
+        ScheduledSequence("r", (104, 105, 106), 4, (1,), False, chunk.seq_id),
+    )
+    assert out.num_batched_tokens == 5 and out.num_decodes == 2 and out.preempted_ids == ("r",)
+    first.block_ids.append(9)  # the step holds a copy of the table
+    assert out.scheduled[0].block_ids == (2, 3) and out.scheduled[2].num_scheduled_tokens == 3
