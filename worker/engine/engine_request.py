@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from producer.protocol import DEFAULT_PRIORITY
+from worker.engine.grammar import check_structure
 from worker.engine.prompt import check_prompt
 from worker.engine.sampler import choice_seed
 from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
@@ -56,10 +57,11 @@ def validate_request(
     refuse_past_context: bool = False,
 ) -> None:
     """Raise ``InvalidRequestError`` (or its ``InvalidSamplingParams``, ``PromptTooLongError``)
-    unless the request can run: stop and logit_bias ids in the vocabulary, a non-empty prompt
-    in it that leaves room for a token. With ``refuse_past_context`` (the job service, as
-    OpenAI and vLLM's server do), ``max_tokens`` must fit after the prompt too; else generation
-    stops at the context (finish reason ``length``). Nothing that passes can make a step raise."""
+    unless the request can run: stop and logit_bias ids in the vocabulary, a structure that
+    parses, a non-empty prompt in it that leaves room for a token. With
+    ``refuse_past_context`` (the job service, as OpenAI and vLLM's server do), ``max_tokens``
+    must fit after the prompt too; else generation stops at the context (finish reason
+    ``length``). Nothing that passes can make a step raise."""
     for name, ids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias)):
         bad = [t for t in ids or () if not 0 <= t < vocab_size]
         if bad:
@@ -67,6 +69,8 @@ def validate_request(
                 f"invalid sampling parameter {name}: each token id must be in "
                 f"0..{vocab_size - 1}, got {bad[:5]}"
             )
+    if params.structure is not None:  # parsed here; compiled later, off the model loop
+        check_structure(params.structure)
     check_prompt(prompt_token_ids, max_model_len, vocab_size)
     room = max_model_len - len(prompt_token_ids)
     if refuse_past_context and params.max_tokens > room:
