@@ -207,7 +207,7 @@ class LLMEngine:
 
     def _schedule(self) -> SchedulerOutput:
         """The next step's decision, noting its preemptions and token count for the caller."""
-        self._aborted += self._constraints.release(self.add_request)  # compiled: to the queue
+        self._aborted += self._constraints.release(self.add_request, idle=not self._requests)
         decision = self.scheduler.schedule()
         self.last_preempted = tuple(dict.fromkeys(decision.preempted_ids))
         self.last_num_batched_tokens = decision.num_batched_tokens
