@@ -16,6 +16,8 @@ import pytest
 
 from producer.constraints import ChoiceConstraint, JsonSchemaConstraint, RegexConstraint
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from worker.engine.constraint_gate import ConstraintGate
+from worker.engine.grammar_compiles import GrammarCompiles
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.wait_reasons import WaitReason
@@ -149,3 +151,46 @@ def test_abort_while_compiling_reports_the_abort(engine: LLMEngine) -> None:
     while engine.has_unfinished():
         outs += engine.step()
     assert [o.finish_reason for o in outs if o.request_id == "gone"] == ["abort"]
+
+
+class _FailingBackend:
+    """Parses what xgrammar parses, then fails every compile (what a backend bug looks like)."""
+
+    def compile(self, structure: object) -> object:
+        raise RuntimeError("out of grammar memory")
+
+
+def test_a_failed_compile_ends_its_request_and_the_engine_steps_on(
+    engine: LLMEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = ConstraintGate(GrammarCompiles(_FailingBackend))  # type: ignore[arg-type]
+    monkeypatch.setattr(engine, "_constraints", gate)
+    engine.add_prompt("doomed", "Hi", params(RegexConstraint(pattern="[0-9]+"), n=2))
+    engine.add_prompt("plain", "Hi", SamplingParams(max_tokens=3, ignore_eos=True))
+    outs = []
+    while engine.has_unfinished():
+        outs += engine.step()
+    doomed = [o for o in outs if o.request_id == "doomed"]
+    assert [(o.index, o.finish_reason) for o in doomed] == [(0, "error"), (1, "error")]
+    assert doomed[0].error == "out of grammar memory"
+    assert sum(len(o.new_token_ids) for o in outs if o.request_id == "plain") == 3
+
+
+def test_resumed_tokens_the_grammar_refuses_fail_that_request_only(engine: LLMEngine) -> None:
+    yes = engine.encode("yes")
+    engine.add_prompt("bad", "Hi", params(ChoiceConstraint(choices=("no",))), resume=(yes,))
+    engine.add_prompt("good", "Hi", params(ChoiceConstraint(choices=("no",))))
+    outs = []
+    while engine.has_unfinished():
+        outs += engine.step()
+    bad = [o for o in outs if o.request_id == "bad"]
+    assert bad[-1].finish_reason == "error" and "breaks the structure" in (bad[-1].error or "")
+    assert "".join(o.text_delta for o in outs if o.request_id == "good") == "no"
+
+
+def test_min_tokens_yields_to_a_grammar_that_has_ended(engine: LLMEngine) -> None:
+    # The grammar allows only EOS after "a"; min_tokens cannot hold it off (an all -inf row).
+    p = params(ChoiceConstraint(choices=("a",)), min_tokens=4, temperature=1.0, seed=0)
+    (c,) = engine.generate(["Hi"], p)
+    assert c.text == "a" and c.finish_reason == "stop"
+    assert len(c.token_ids) == 4 and set(c.token_ids[1:]) <= engine.eos_token_ids
