@@ -91,6 +91,19 @@ def calls_schema(tools: list[ToolSpec], parallel: bool) -> dict[str, Any]:
     return schema
 
 
+def _refuse_strict(tools: list[ToolSpec]) -> None:
+    """``strict`` promises arguments that follow the schema: kept under ``required`` or a
+    named function, which constrain the output; ``auto``'s output is free text."""
+    for i, tool in enumerate(tools):
+        if tool.function.strict:
+            raise ApiError(
+                422,
+                f"tools.{i}.function.strict: strict calls need tool_choice required or a named "
+                "function (with auto the output is free text, read for calls afterwards)",
+                param=f"tools.{i}.function.strict",
+            )
+
+
 class ChatTools(BaseModel):
     """The tool fields of ``ChatCompletionRequest``."""
 
@@ -117,6 +130,8 @@ class ChatTools(BaseModel):
                 raise ApiError(422, f"tool_choice: no tool named {choice.function.name!r}",
                                param="tool_choice")  # fmt: skip
             return ToolMode("named", (choice.function.name,), parallel)
+        if choice == "auto":
+            _refuse_strict(self.tools)
         return None if choice == "none" else ToolMode(choice, names, parallel)
 
     def tool_structure(self) -> dict[str, Any] | None:

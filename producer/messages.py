@@ -57,7 +57,9 @@ class FunctionSpec(Frozen):
     name: FunctionName
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: WireBool | None = None  # accepted as OpenAI sends it; calls are constrained anyway
+    # OpenAI's: calls follow ``parameters`` exactly. The gateway keeps it by constraining the
+    # output (tool_choice required or named) and refuses it where it cannot (auto).
+    strict: WireBool | None = None
 
     def arguments_schema(self) -> dict[str, Any]:
         """The schema a call's ``arguments`` follow: ``parameters``, else an empty object."""

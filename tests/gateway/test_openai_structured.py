@@ -169,3 +169,11 @@ def test_tool_messages_of_the_next_turn_are_carried() -> None:
     assert (tool.role, tool.tool_call_id, tool.content) == ("tool", "call_1", "sun")
     with pytest.raises(InvalidJob, match="only a tool message carries tool_call_id"):
         spec_of({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]})
+
+
+def test_strict_tools_need_a_constrained_tool_choice() -> None:
+    strict = {"type": "function", "function": {**WEATHER["function"], "strict": True}}  # type: ignore[dict-item]
+    with pytest.raises(ApiError, match=r"tools\.0\.function\.strict: strict calls need"):
+        chat(tools=[strict])
+    structure = chat(tools=[strict], tool_choice="required").sampling.structure
+    assert isinstance(structure, JsonSchemaConstraint)
