@@ -74,6 +74,10 @@ def test_a_template_that_knows_tools_renders_them(tokenizer: Any) -> None:
     assert "[assistant]CALL get_weather(Paris)" in text  # arguments handed over as a dict
     assert "[tool]sunny, 21 C for c1" in text
     assert "<tool_call>" not in text
+    # A function without parameters still has an (empty) object schema, and no nulls.
+    bare = ToolSpec.model_validate({"function": {"name": "get_time"}})
+    text = text_of(aware, TURNS[:1], [bare])
+    assert '"parameters": {"type": "object", "properties": {}' in text and "null" not in text
 
 
 def test_tools_need_messages(tokenizer: Any) -> None:

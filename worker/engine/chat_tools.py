@@ -68,6 +68,14 @@ def native_message(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
+def native_tool(tool: ToolSpec) -> dict[str, Any]:
+    """A tool as templates read it: no nulls, and always ``parameters`` (templates such as
+    Llama 3.1's read its ``properties`` unguarded)."""
+    out = tool.model_dump(mode="json", exclude_none=True)
+    out["function"]["parameters"] = tool.function.arguments_schema()
+    return out
+
+
 def generic_message(message: ChatMessage) -> dict[str, str]:
     """A message in the generic template: plain role and text, whatever it carried."""
     if message.role == "tool":
@@ -89,7 +97,7 @@ def template_arguments(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """The ``conversation`` and ``tools`` to give ``apply_chat_template``."""
     if template_knows_tools(tokenizer):
-        native_tools = None if not tools else [t.model_dump(mode="json") for t in tools]
+        native_tools = None if not tools else [native_tool(t) for t in tools]
         return [native_message(m) for m in messages], native_tools
     rendered: list[dict[str, Any]] = [generic_message(m) for m in messages]
     if tools:
