@@ -16,7 +16,7 @@ from worker.engine.config import (
 )
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import Sequence
-from worker.engine.step_cost import PRIOR, StepCost, StepFeatures
+from worker.engine.step_cost import PRIOR, StepCost, StepCostModel, StepFeatures
 from worker.engine.step_targets import PrefillAllowance, parse_tpot_targets
 from worker.engine.wait_reasons import WaitReason
 
@@ -94,21 +94,35 @@ def test_the_oldest_prefill_and_the_first_admission_always_get_the_minimum_chunk
     assert long.num_computed_tokens == 64
 
 
+def test_a_burst_of_long_prompts_starts_one_floor_at_a_time() -> None:
+    h = harness(max_seqs=64)
+    chats(h, 40)  # nothing left under the target
+    first, second, third = (h.add(64, 4, priority=BATCH) for _ in range(3))
+    # Nothing else prefills: the first starts with the floor; the others, of a band without a
+    # target, get no floor of their own while it runs.
+    assert planned(h.step()) == {first.seq_id: 8}
+    assert planned(h.step()) == {first.seq_id: 8}
+    assert h.scheduler.wait_info()[second.request_id].reason is WaitReason.TPOT_TARGET
+    assert third.num_computed_tokens == 0
+
+
 def planned(out: SchedulerOutput) -> dict[int, int]:
     return {s.seq_id: s.num_scheduled_tokens for s in out.scheduled if not s.is_decode}
 
 
-def test_a_waiting_chat_goes_before_less_urgent_running_prefills() -> None:
+def test_a_chat_prefills_before_a_batch_prompt_which_keeps_its_floor() -> None:
     h = harness(max_tokens=512, tpot_target_ms={"interactive": 100.0})
     for _ in range(4):
         h.add(4, 400, priority=INTERACTIVE)
-    a, b = h.add(600, 4, priority=BATCH), h.add(600, 4, priority=BATCH)
-    h.step()  # no decode yet: the whole budget, 16 tokens of chats and 496 of a
-    # 4 decodes leave 86 ms: 86 tokens of a, and b starts with the minimum chunk.
-    assert planned(h.step()) == {a.seq_id: 86, b.seq_id: 8}
-    chat = h.add(12, 4, priority=INTERACTIVE)
-    # The oldest prefill first (a's last 18), then the chat, then b with what is left.
-    assert planned(h.step()) == {a.seq_id: 18, chat.seq_id: 12, b.seq_id: 56}
+    batch = h.add(2000, 4, priority=BATCH)
+    h.step()  # no decode yet: the whole budget, 16 tokens of chats and 496 of the prompt
+    assert planned(h.step()) == {batch.seq_id: 86}  # 4 decodes leave 86 ms
+    chat = h.add(150, 4, priority=INTERACTIVE)
+    # The first admission of a chat gets the floor, beside the batch prompt's chunk.
+    assert planned(h.step()) == {batch.seq_id: 86, chat.seq_id: 8}
+    # Then the chat's prefill goes first; the batch prompt, the oldest, keeps its floor.
+    assert planned(h.step()) == {chat.seq_id: 86, batch.seq_id: 8}
+    assert planned(h.step()) == {chat.seq_id: 56, batch.seq_id: 30}
 
 
 def test_the_cost_model_learns_a_faster_machine_and_chunks_grow() -> None:
@@ -117,7 +131,7 @@ def test_the_cost_model_learns_a_faster_machine_and_chunks_grow() -> None:
         512, 4, 64, 512, machine=fast, prior=PRIOR, tpot_target_ms={"interactive": 50.0}
     )
     decodes = chats(h, 4)
-    on_prior = PrefillAllowance.for_step(decodes, {"interactive": 0.05}, PRIOR, 8)
+    on_prior = PrefillAllowance.for_step(decodes, {"interactive": 0.05}, StepCostModel(PRIOR), 8)
     assert on_prior is not None
     long = h.add(4000, 4, priority=BATCH)
     # The CPU prior alone: 50 ms - 40 ms - 4 x 1.5 ms of decodes leave 4 ms, 5 tokens.

@@ -35,7 +35,7 @@ from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.step_cost import StepCostModel, StepTimer
 from worker.engine.step_plan import StepPlan
-from worker.engine.step_targets import PrefillAllowance, split_chunks
+from worker.engine.step_targets import PrefillAllowance
 from worker.engine.wait_queue import WaitQueue
 from worker.engine.wait_reasons import Blocked, WaitInfo, WaitReason, explain
 
@@ -129,17 +129,15 @@ class Scheduler:
         chunks = [s for s in self.running if s.num_uncomputed_tokens > 1]
         cfg = self.config
         self.last_allowance = allowance = PrefillAllowance.for_step(
-            decodes, cfg.tpot_targets_s, self.step_cost.cost, cfg.min_prefill_chunk_tokens
+            decodes, cfg.tpot_targets_s, self.step_cost, cfg.min_prefill_chunk_tokens
         )
-        later: list[Sequence] = []  # planned after admission
-        if allowance is not None:
-            head = self.waiting.head(self._capped_tenants())
-            chunks, later = split_chunks(chunks, head, self.aging.key)
-        self._plan_running(decodes + chunks, plan, preempted, allowance)
+        oldest = chunks[0] if chunks else None  # admission order: the longest-running prefill
+        if allowance is not None:  # the most urgent prefill first (the oldest keeps its floor)
+            chunks.sort(key=self.aging.key)
+        self._plan_running(decodes + chunks, plan, preempted, allowance, oldest)
         self._blocked = None
         if not preempted:
             self._admit(plan, preempted, allowance)
-        self._plan_running(later, plan, preempted, allowance, may_preempt=False)
         output = SchedulerOutput.build(plan.tokens.items(), preempted)
         self._timer.planned(output, self.aging.now)
         return output
@@ -150,8 +148,7 @@ class Scheduler:
         plan: StepPlan,
         preempted: list[Sequence],
         allowance: PrefillAllowance | None,
-        *,
-        may_preempt: bool = True,
+        oldest: Sequence | None,
     ) -> None:
         bm = self.block_manager
         for seq in seqs:
@@ -160,15 +157,12 @@ class Scheduler:
             if seq.status is not SequenceStatus.RUNNING or left == 0:
                 continue
             num_new = min(seq.num_uncomputed_tokens, left)
-            if num_new > 1 and allowance is not None:
-                first = allowance.num_tokens == 0  # the oldest prefill always progresses
-                num_new = allowance.grant(seq, num_new, at_least_min=first)
+            if num_new > 1 and allowance is not None:  # the oldest prefill always progresses
+                num_new = allowance.grant(seq, num_new, at_least_min=seq is oldest)
                 if num_new == 0:
                     continue
             # Most decodes write into their last block: 15 of 16 steps with 16-token blocks.
             if not bm.has_slots(seq, num_new):
-                if not may_preempt and not bm.can_allocate(seq, num_new):
-                    continue
                 if not self._make_room(seq, num_new, plan, preempted):
                     continue
                 bm.allocate(seq, num_new)
@@ -207,7 +201,7 @@ class Scheduler:
         self, plan: StepPlan, preempted: list[Sequence], allowance: PrefillAllowance | None
     ) -> None:
         capped = self._capped_tenants()
-        first = True  # the step's first admission always gets a minimum chunk
+        first = True  # the step's first admission may get a minimum chunk
         while (budget := plan.tokens_left) > 0:
             seq = self.waiting.head(capped)
             if seq is None or seq in preempted:  # never restart a victim in the step it lost
@@ -215,7 +209,8 @@ class Scheduler:
             hit = self.block_manager.lookup(seq)  # its tokens need no computing
             num_new = min(seq.num_tokens - hit.num_tokens, budget)
             if allowance is not None:
-                num_new = allowance.grant(seq, num_new, at_least_min=first)
+                floor = first and allowance.admission_floor(seq)
+                num_new = allowance.grant(seq, num_new, at_least_min=floor)
                 if num_new == 0:
                     self._blocked = Blocked(seq, WaitReason.TPOT_TARGET)
                     return

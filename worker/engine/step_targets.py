@@ -5,19 +5,20 @@ long prompt (~0.4 s on a 2-core CPU) sets every running chat's time per output t
 the scheduler finds the most demanding target among the bands of its running decodes and gives
 prefill only the seconds the step cost model (``step_cost``) says are left under it. With no
 decode of a band that has a target, a step keeps the whole token budget (offline throughput is
-unchanged). Whatever the target, the oldest running prefill and the first admission of a step
-get at least ``min_chunk_tokens`` each, so a long prompt always makes progress (a stream of chats
-cannot starve it) and a new job always starts (a long prompt cannot hold back every chat).
+unchanged). Whatever the target, the oldest running prefill gets at least ``min_chunk_tokens``
+a step, so a long prompt always makes progress (a stream of chats cannot starve it), and so
+does the step's first admission when nothing else prefills or when it is of a band as demanding
+as the step's (a long prompt cannot hold back every new chat): ``admission_floor``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from producer.keys import BANDS, band_of
 from worker.engine.sequence import Sequence
-from worker.engine.step_cost import StepCost, StepFeatures
+from worker.engine.step_cost import StepCost, StepCostModel, StepFeatures
 
 
 class PrefillAllowance:
@@ -29,17 +30,19 @@ class PrefillAllowance:
         self.min_chunk_tokens = min_chunk_tokens
         self.num_tokens = 0  # prefill tokens granted in this step
         self.target_s = 0.0  # the target this step is sized to (set by ``for_step``)
+        self.targets_s: Mapping[str, float] = {}  # every band's
 
     @classmethod
     def for_step(
         cls,
         decodes: Iterable[Sequence],
         targets_s: Mapping[str, float],
-        cost: StepCost,
+        model: StepCostModel,
         min_chunk_tokens: int,
     ) -> PrefillAllowance | None:
         """The allowance of a step whose decodes are ``decodes``; None when none of them is
-        of a band with a target (the step keeps its whole token budget)."""
+        of a band with a target (the step keeps its whole token budget, and ``model`` is not
+        refitted)."""
         if not targets_s:
             return None
         by_priority: dict[int, float] = {}  # a few priorities among up to 256 decodes
@@ -52,10 +55,19 @@ class PrefillAllowance:
         target_s = min(by_priority.values(), default=math.inf)
         if target_s == math.inf:
             return None
+        cost = model.cost
         decode_s = cost.predict_s(StepFeatures(num_decodes, 0, context))
         allowance = cls(cost, target_s - decode_s, min_chunk_tokens)
-        allowance.target_s = target_s
+        allowance.target_s, allowance.targets_s = target_s, targets_s
         return allowance
+
+    def admission_floor(self, seq: Sequence) -> bool:
+        """Whether the step's first admission, ``seq``, gets ``min_chunk_tokens`` whatever
+        fits: when no other prefill runs this step (so a prompt always starts), or when its
+        band's target is as tight as the step's (a chat is not held back by long prompts; a
+        burst of long ones is not started all at once, one floor each)."""
+        band_target_s = self.targets_s.get(band_of(seq.priority), math.inf)
+        return self.num_tokens == 0 or band_target_s <= self.target_s
 
     def grant(self, seq: Sequence, wanted: int, *, at_least_min: bool = False) -> int:
         """Tokens of ``seq``'s next ``wanted`` that fit; ``at_least_min``: at least
@@ -95,15 +107,3 @@ def parse_tpot_targets(text: str) -> dict[str, float]:
             raise ValueError(f"--tpot-target-ms takes BAND=MS with BAND in {BANDS}, got {item!r}")
         targets[band] = float(value)
     return targets
-
-
-def split_chunks(
-    chunks: list[Sequence], head: Sequence | None, key: Callable[[Sequence], tuple[float, int]]
-) -> tuple[list[Sequence], list[Sequence]]:
-    """Running prefills planned before admission, and after it: under a target the waiting
-    ``head`` goes before less urgent prefills (by ``key``), all but the oldest (``chunks[0]``),
-    so that a new chat is not held back by batch prompts."""
-    if head is None:
-        return chunks, []
-    later = [s for s in chunks[1:] if key(s) > key(head)]
-    return [s for s in chunks if s not in later], later
