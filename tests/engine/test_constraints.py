@@ -101,6 +101,7 @@ def test_n_choices_seeds_and_stop_strings(engine: LLMEngine) -> None:
     assert c.finish_reason == "stop_string" and re.sub(r"\s", "", c.text).startswith('{"color":')
 
 
+@pytest.mark.slow  # ~30 s on the shared 2-core machine
 def test_preemption_keeps_each_matcher(tiny_model_dir: Path, engine: LLMEngine) -> None:
     # 24 blocks of 4 tokens for 4 sequences that want ~30 tokens each: they preempt each other
     # and recompute, and each constrained output still validates.
@@ -119,6 +120,32 @@ def test_preemption_keeps_each_matcher(tiny_model_dir: Path, engine: LLMEngine) 
         jsonschema.validate(json.loads(text), SCHEMA)
     roomy = [c.token_ids for c in engine.generate(PROMPTS, p)]
     assert [c.token_ids for c in tight.generate(PROMPTS, p)] == roomy  # seeded: preemption-proof
+
+
+@pytest.mark.slow  # two engines
+@pytest.mark.parametrize("mode", ["async", "thread"])
+def test_the_overlapped_loops_draw_what_the_plain_loop_draws(
+    tiny_model_dir: Path, engine: LLMEngine, mode: str
+) -> None:
+    # Constraint, penalty, n = 2 and preemption (24 blocks) at once: the state that follows the
+    # tokens is brought up to date before each launch, whichever loop launches it.
+    overlapped = LLMEngine(
+        EngineConfig(
+            model=str(tiny_model_dir),
+            cache=CacheConfig(block_size=4, num_blocks=24),
+            scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64),
+            overlap_steps=mode,  # type: ignore[arg-type]
+        )
+    )
+    p = params(
+        {"type": "json_schema", "schema": SCHEMA},
+        temperature=1.0,
+        seed=3,
+        n=2,
+        frequency_penalty=0.5,
+    )
+    got = [[c.token_ids for c in out.choices] for out in overlapped.generate(PROMPTS, p)]
+    assert got == [[c.token_ids for c in out.choices] for out in engine.generate(PROMPTS, p)]
 
 
 def test_resume_replays_the_published_tokens(engine: LLMEngine) -> None:
