@@ -14,6 +14,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,6 +22,9 @@ from worker.engine.grammar import GrammarError, Matcher
 from worker.engine.grammar_compiles import GrammarCompiles
 from worker.engine.penalties import TokenCounts, Undo, apply_bias, apply_penalties, undo
 from worker.engine.sequence import Sequence as Seq
+
+if TYPE_CHECKING:  # the sampler imports this module
+    from worker.engine.sampler import SamplingRequest
 
 # Sampling rows: (row index in the batch, its sequence, its params' output index snapshot).
 Row = tuple[int, Seq, int]
@@ -75,6 +79,18 @@ class RowProcessors:
         self._states: weakref.WeakKeyDictionary[Seq, RowState] = weakref.WeakKeyDictionary()
         self._bitmask: torch.Tensor | None = None
         self._stop_rows: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def process(
+        self, logits: torch.Tensor, requests: Sequence[SamplingRequest]
+    ) -> RowChanges | None:
+        """``apply`` to the rows with a constraint, a penalty or a bias; None if none has."""
+        rows: list[Row] = []
+        for i, r in enumerate(requests):
+            if r.params.structure is not None or r.params.penalized:
+                if r.seq is None:
+                    raise ValueError("a constrained or penalized row needs its sequence")
+                rows.append((i, r.seq, r.output_index))
+        return self.apply(logits, rows) if rows else None
 
     def apply(self, logits: torch.Tensor, rows: Sequence[Row]) -> RowChanges:
         """Mask, bias and penalize ``logits`` in place for ``rows``; see the module's doc. On

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
+from worker.engine.grammar_compiles import GrammarCompiles
+from worker.engine.logits_rows import RowProcessors
+from worker.engine.penalties import undo
 from worker.engine.sampling_ops import apply_min_p_top_k, apply_top_p, argmax_rows
 from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
-
-if TYPE_CHECKING:  # the row processors import the sequence, which imports the params
-    from worker.engine.grammar_compiles import GrammarCompiles
-    from worker.engine.logits_rows import Row, RowChanges, RowProcessors
-    from worker.engine.sequence import Sequence as Seq
+from worker.engine.sequence import Sequence as Seq
 
 # Temperatures below this are greedy, as in vLLM: dividing logits by ~1e-6 overflows nothing in
 # float32 but makes the softmax a one-hot anyway, and argmax is cheaper.
@@ -90,14 +88,12 @@ class Sampler:
         seed: int | None = None,
         grammars: GrammarCompiles | None = None,
     ) -> None:
-        from worker.engine.logits_rows import RowProcessors
-
         if any(t < 0 for t in eos_token_ids):
             raise ValueError(f"EOS token ids must be >= 0, got {list(eos_token_ids)}")
         self.eos_token_ids = tuple(eos_token_ids)
         self._seed = seed
         # Structure constraints, penalties and biases: state per sequence (``logits_rows``).
-        self.rows: RowProcessors = RowProcessors(self.eos_token_ids, grammars)
+        self.rows = RowProcessors(self.eos_token_ids, grammars)
         self._generators: dict[torch.device, torch.Generator] = {}  # for unseeded rows
         self._row_generators: dict[torch.device, torch.Generator] = {}  # reseeded per seeded row
 
@@ -115,29 +111,15 @@ class Sampler:
         overlapped loop copies them to the host once, while the next step is prepared."""
         if logits.dim() != 2 or logits.shape[0] != len(requests):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(requests)} requests")
-        changes = self._process_rows(logits, requests)
-        undo = self._mask_min_tokens(logits, requests, changes.forced_stop if changes else ())
+        changes = self.rows.process(logits, requests)
+        held = self._mask_min_tokens(logits, requests, changes.forced_stop if changes else ())
         try:
             return self._pick(logits, requests)
         finally:
-            if undo is not None:
-                logits.index_put_(undo[0], undo[1])
+            if held is not None:
+                logits.index_put_(held[0], held[1])
             if changes is not None:
-                from worker.engine.penalties import undo as undo_changes
-
-                undo_changes(logits, changes.undo)
-
-    def _process_rows(
-        self, logits: torch.Tensor, requests: Sequence[SamplingRequest]
-    ) -> RowChanges | None:
-        """Grammar masks, biases and penalties for the rows that have any (``logits_rows``)."""
-        rows: list[Row] = []
-        for i, r in enumerate(requests):
-            if r.params.structure is not None or r.params.penalized:
-                if r.seq is None:
-                    raise ValueError("a constrained or penalized row needs its sequence")
-                rows.append((i, r.seq, r.output_index))
-        return self.rows.apply(logits, rows) if rows else None
+                undo(logits, changes.undo)
 
     @staticmethod
     def logprobs(
