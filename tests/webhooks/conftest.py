@@ -82,7 +82,10 @@ def serving(receiver: Receiver) -> Iterator[str]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["content-length"]))
+            size = int(self.headers["content-length"])
+            body = self.rfile.read(size)
+            if len(body) < size:  # the sender died mid-request (a deliverer killed -9)
+                return
             status, extra = receiver.handle(self.headers, body)
             self.send_response(status)
             for k, v in extra.items():
