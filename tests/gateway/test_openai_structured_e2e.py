@@ -151,3 +151,13 @@ def test_logprobs_chat_and_completions(client: openai.OpenAI) -> None:
     assert logprobs is not None and text.usage is not None
     assert len(logprobs.tokens or ()) == text.usage.completion_tokens
     assert all(len(top) == 1 for top in logprobs.top_logprobs or ())
+
+
+def test_a_schema_that_does_not_compile_is_the_callers_error(client: openai.OpenAI) -> None:
+    # Valid JSON Schema, but a pattern no grammar backend takes (lookbehind): the worker's
+    # compile fails, the job ends invalid_request, a 400 naming the problem; the worker goes on.
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=x)a"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "bad", "schema": schema}}
+    with pytest.raises(openai.BadRequestError, match="invalid_request"):
+        chat(client, response_format=fmt, max_tokens=8)
+    assert chat(client, max_tokens=2).choices[0].finish_reason == "length"
