@@ -18,10 +18,10 @@ def _consumer_name() -> str:
 
 @dataclass(frozen=True)
 class WebhookConfig:
-    """How deliveries are made and retried. The defaults retry for about 20 minutes: attempt
-    n waits ``backoff_base_s * 2**(n-1)`` (1, 2, 4 ... 256 s for ten attempts, each scaled by a
-    random 0.5-1.0 so receivers that failed together are not retried together), and no
-    attempt is started past ``max_total_s`` after the first."""
+    """How deliveries are made and retried. After failed attempt n the wait is
+    ``backoff_base_s * 2**(n-1)``, scaled by a random 0.5-1.0 so receivers that failed together
+    are not retried together: ten attempts span 1 + 2 + ... + 256 = 511 s, 4.3 to 8.5 minutes,
+    and no attempt is started past ``max_total_s`` after the first."""
 
     max_attempts: int = 10  # then the delivery is dead-lettered
     max_total_s: float = 3600.0  # no attempt this long after the first: dead letter
