@@ -60,6 +60,7 @@ from ops.bench.random_model import write_random_model
 from ops.bench.step_timer import StepTimer, instrumented
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
+from worker.engine.overlap import overlap_mode
 from worker.engine.sampling_params import SamplingParams
 from worker.models.loader import resolve_model_dir
 
@@ -118,7 +119,7 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, 
         prompt = rng.choices(vocab, k=args.prompt_len)
         params = request_params(i, args, max_tokens)
         engine.add_prompt(f"r{i}", params=params, prompt_token_ids=prompt)
-    loop = "off" if engine._overlap is None else engine._overlap.launcher.mode
+    loop = overlap_mode(engine.config, engine.device)
     return summarise(time_steps(engine, args, batch), batch, loop)
 
 

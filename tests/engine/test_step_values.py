@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 
+from worker.engine.gc_policy import GEN0_THRESHOLD, raise_gen0_threshold
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
@@ -51,3 +53,16 @@ def test_a_step_puts_decodes_first_in_running_order_with_their_tokens_and_blocks
     assert out.num_batched_tokens == 5 and out.num_decodes == 2 and out.preempted_ids == ("r",)
     first.block_ids.append(9)  # the step holds a copy of the table
     assert out.scheduled[0].block_ids == (2, 3) and out.scheduled[2].num_scheduled_tokens == 3
+
+
+def test_the_young_generation_threshold_is_raised_never_lowered() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        raise_gen0_threshold()
+        assert gc.get_threshold() == (GEN0_THRESHOLD, 10, 10)
+        gc.set_threshold(GEN0_THRESHOLD * 2, 5, 5)
+        raise_gen0_threshold()
+        assert gc.get_threshold() == (GEN0_THRESHOLD * 2, 5, 5)
+    finally:
+        gc.set_threshold(*before)

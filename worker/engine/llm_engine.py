@@ -19,6 +19,7 @@ from worker.engine.config import EngineConfig
 from worker.engine.constraint_gate import ConstraintGate
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.engine_request import EngineRequest, validate_request
+from worker.engine.gc_policy import raise_gen0_threshold
 from worker.engine.grammar_compiles import GrammarCompiles, xgrammar_backend
 from worker.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from worker.engine.outputs import Completion, RequestOutput
@@ -83,6 +84,7 @@ class LLMEngine:
         self.last_num_batched_tokens = 0  # tokens the last step computed
         mode = overlap_mode(config, self.device)
         self._overlap = OverlapLoop(self, mode) if mode != "off" else None
+        raise_gen0_threshold()  # a step's short-lived objects otherwise collect once a step
 
     # -- requests ----------------------------------------------------------------------------------
 

@@ -91,7 +91,6 @@ class StepLauncher:
     def __init__(self, runner: ModelRunner, sampler: Sampler, mode: str) -> None:
         if mode not in ("async", "thread"):
             raise ValueError(f"no launch mode {mode!r}")
-        self.mode = mode
         self.runner = runner
         self.sampler = sampler
         self._pool = None
