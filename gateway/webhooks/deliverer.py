@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from dataclasses import replace
 from typing import Any
@@ -23,7 +22,7 @@ import httpx
 import redis
 import redis.asyncio as aredis
 
-from gateway.webhooks import records, signing
+from gateway.webhooks import records, schedule, signing
 from gateway.webhooks.config import WebhookConfig
 from gateway.webhooks.metrics import WebhookMetrics
 from gateway.webhooks.prepare import Prepared, Refusal, prepare
@@ -35,12 +34,6 @@ from producer.webhook_policy import Allowlist
 
 log = logging.getLogger("paternoster.webhooks")
 ERROR_PAUSE_S = 1.0  # after a Redis error in the read loop, before the next try
-
-
-def backoff_s(config: WebhookConfig, attempts: int) -> float:
-    """The wait after ``attempts`` failed ones: exponential, capped, scaled by 0.5-1.0."""
-    full = min(config.backoff_max_s, config.backoff_base_s * 2 ** (attempts - 1))
-    return full * random.uniform(0.5, 1.0)
 
 
 class Deliverer:
@@ -187,10 +180,10 @@ class Deliverer:
             await self._end(entry, replace(record, last_error=str(why)), str(why))
             return
         record = replace(record, url=job.url)
-        while (reason := self._give_up(record)) is None:
+        while (reason := schedule.give_up(self.config, record)) is None:
             await asyncio.sleep(max(0.0, record.next_attempt_at - time.time()))
             attempt = await self._attempt(entry, job, sender)
-            record = self._after(record, attempt)
+            record = schedule.after(self.config, record, attempt)
             if attempt.verdict is Verdict.DELIVERED:
                 await self._end(entry, record)
                 return
@@ -209,36 +202,6 @@ class Deliverer:
         if self.metrics is not None:
             self.metrics.attempt(attempt)
         return attempt
-
-    def _after(self, record: Record, attempt: Attempt) -> Record:
-        now = time.time()
-        attempts = record.attempts + 1
-        delay = backoff_s(self.config, attempts)
-        if attempt.retry_after_s is not None:  # the receiver's word, within our cap
-            delay = max(delay, min(attempt.retry_after_s, self.config.backoff_max_s))
-        delivered = attempt.verdict is Verdict.DELIVERED
-        return replace(
-            record,
-            attempts=attempts,
-            first_attempt_at=record.first_attempt_at or now,
-            last_attempt_at=now,
-            next_attempt_at=0.0 if delivered else now + delay,
-            last_status=attempt.status,
-            last_error=attempt.error,
-            delivered_at=now if delivered else 0.0,
-            outcome=Outcome.DELIVERED if delivered else Outcome.PENDING,
-        )
-
-    def _give_up(self, record: Record) -> str | None:
-        """Why no further attempt is made (None: make it)."""
-        last = f": last {record.last_error}" if record.last_error else ""
-        config = self.config
-        if record.attempts >= config.max_attempts:
-            return f"gave up after {record.attempts} attempts{last}"
-        late = record.next_attempt_at - record.first_attempt_at > config.max_total_s
-        if record.attempts and late:
-            return f"gave up: a next attempt would pass max_total_s {config.max_total_s:g}{last}"
-        return None
 
     async def _end(self, entry: Entry, record: Record, dead_reason: str = "") -> None:
         outcome = Outcome.DEAD_LETTER if dead_reason else Outcome.DELIVERED
