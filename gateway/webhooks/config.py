@@ -9,6 +9,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
+from gateway.webhooks.signing import secret_key
 from producer import envs
 
 
@@ -46,6 +47,8 @@ class WebhookConfig:
             value = getattr(self, f.name)
             if f.type in ("int", "float") and value <= 0:
                 raise ValueError(f"webhooks: {f.name} must be > 0, not {value}")
+        if self.default_secret is not None:  # a bad one would dead-letter every delivery
+            secret_key(self.default_secret)
 
     @property
     def touch_every_s(self) -> float:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from gateway.webhooks import schedule
 from gateway.webhooks.config import WebhookConfig
 from gateway.webhooks.records import Record
@@ -36,3 +38,10 @@ def test_a_delivery_is_given_up_after_max_attempts_or_max_total_s() -> None:
     assert schedule.give_up(CONFIG, record) == "gave up after 5 attempts: last HTTP 503"
     late = replace(Record("d"), attempts=1, first_attempt_at=1000.0, next_attempt_at=1100.5)
     assert "max_total_s 100" in (schedule.give_up(CONFIG, late) or "")
+
+
+def test_bad_settings_are_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="max_attempts must be > 0"):
+        WebhookConfig(max_attempts=0)
+    with pytest.raises(ValueError, match="base64"):
+        WebhookConfig(default_secret="whsec_!!")
