@@ -26,7 +26,7 @@ from typing import Any
 
 from gateway.auth import Caller
 from gateway.batch_lines import ENDPOINTS, LineJob, parse_input
-from gateway.batch_progress import Driver, Progress, request_id
+from gateway.batch_progress import Driver, Progress
 from gateway.batch_store import COUNT_FIELDS, FINAL, BatchStatus, BatchStore
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
@@ -35,7 +35,7 @@ from gateway.tenancy import IdScope
 from producer import AsyncProducer
 
 log = logging.getLogger(__name__)
-# How long a runner holds a batch without renewing: 20 polls at the default 0.5 s, so a busy
+# How long a runner holds a batch without renewing: 50 polls at the default 0.2 s, so a busy
 # event loop does not lose it, and a dead gateway's batches move on within 10 s.
 LEASE_MS = 10_000
 SWEEP_S = 600.0  # how often the files directory is swept of expired files
@@ -51,6 +51,7 @@ class BatchRunner:
         self.driver = Driver(producer)
         self.name = f"gateway-{uuid.uuid4().hex[:12]}"
         self.progress: dict[str, Progress] = {}
+        self.held: set[str] = set()  # the batches whose lease this runner took
         self._swept_at = 0.0
 
     async def run(self) -> None:
@@ -69,10 +70,14 @@ class BatchRunner:
     async def poll(self) -> None:
         active: set[str] = await self.redis.smembers(self.keys.batches_active)
         for batch_id in sorted(active):
-            if await self.hold(batch_id):
-                await self.step(batch_id)
-            else:
+            if not await self.hold(batch_id):
                 self.progress.pop(batch_id, None)
+                continue
+            try:
+                await self.step(batch_id)
+            except Exception:  # one batch's fault (a bug, a corrupt hash) stops no other
+                log.exception("batch %s: step failed", batch_id)
+                self.progress.pop(batch_id, None)  # rebuilt from Redis at the next poll
         if time.monotonic() - self._swept_at > SWEEP_S:
             self._swept_at = time.monotonic()
             await self.files.sweep()
@@ -83,15 +88,17 @@ class BatchRunner:
         key = self.keys.batch_lease(batch_id)
         if await self.redis.set(key, self.name, nx=True, px=LEASE_MS):
             self.progress.pop(batch_id, None)
-            return True
-        if await self.redis.get(key) == self.name:
+        elif await self.redis.get(key) == self.name:
             await self.redis.pexpire(key, LEASE_MS)
-            return True
-        return False
+        else:
+            self.held.discard(batch_id)
+            return False
+        self.held.add(batch_id)
+        return True
 
     async def release(self) -> None:
         """Give up this runner's leases (a clean shutdown: the next runner need not wait)."""
-        for batch_id in list(self.progress):
+        for batch_id in list(self.held):
             key = self.keys.batch_lease(batch_id)
             if await self.redis.get(key) == self.name:
                 await self.redis.delete(key)
@@ -128,8 +135,7 @@ class BatchRunner:
         except ApiError as exc:
             return progress, [{"code": "invalid_file", "message": exc.message, "param":
                                "input_file_id", "line": None}]  # fmt: skip
-        job_id = lambda index: scope.internal(request_id(batch_id, index))  # noqa: E731
-        parsed = parse_input(content, self.line_job(fields), job_id)
+        parsed = parse_input(content, self.line_job(fields), progress.job_id)
         progress.lines = parsed.lines
         return progress, parsed.problems
 
@@ -138,9 +144,9 @@ class BatchRunner:
         now = int(time.time())
         if problems:
             errors = {"object": "list", "data": problems}
-            await self.store.move(fields["id"], BatchStatus.FAILED, now, errors=errors)
-            await self.store.retire(fields["id"], self.config.files_ttl_s)
-            return
+            if await self.store.move(fields["id"], BatchStatus.FAILED, now, errors=errors):
+                await self.store.retire(fields["id"], self.config.files_ttl_s)
+            return  # else a cancel came first: the next poll finishes it as cancelled
         total = len(progress.lines)
         await self.store.move(fields["id"], BatchStatus.IN_PROGRESS, now, total=total)
 
@@ -180,7 +186,8 @@ class BatchRunner:
         completed, failed = await self.store.counts(batch_id)
         counts = dict(zip(COUNT_FIELDS, (completed, failed), strict=True))
         await self.store.move(batch_id, final, int(time.time()), **ids, **counts)
-        await self.store.retire(batch_id, self.config.files_ttl_s)
+        if (await self.store.read(batch_id)).get("status") in FINAL:  # this runner's or another's
+            await self.store.retire(batch_id, self.config.files_ttl_s)
         self.progress.pop(batch_id, None)
 
     async def write_files(self, fields: dict[str, str]) -> dict[str, str]:
