@@ -57,4 +57,5 @@ def test_no_server_errors(idle_gateway: Served) -> None:
 
         no_5xx()
         checked.append(f"{operation.method.upper()} {operation.path}")
-    assert len(checked) == 7, checked  # 5 native job routes, /v1/models, /v1/status
+    # 5 native job routes, /v1/models, /v1/status, 5 of /v1/files and 4 of /v1/batches
+    assert len(checked) == 16, checked
