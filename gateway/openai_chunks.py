@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.tool_calls import ToolStream, call_deltas
+from gateway.tool_calls import ToolStream, call_deltas, calls_reason
 from producer.protocol import DoneEvent, Event, TokenEvent
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class ChunkWriter:
                     chunks.append(self._chunk(index, {"delta": delta}))
                 for calls_delta in call_deltas(calls):
                     chunks.append(self._chunk(index, {"delta": {"tool_calls": calls_delta}}))
-                reason = "tool_calls" if calls else reason
+                reason = calls_reason(reason) if calls else reason
             last: dict[str, Any] = {"delta": {}} if self.shape.chat else {"text": ""}
             finals.append(self.shape.choice(index, last, reason))
         return [*chunks, self.shape.envelope(finals, chunk=True)]

@@ -20,7 +20,7 @@ from gateway.events import SSE_PING, follow, json_line, sse
 from gateway.openai_chunks import ChunkWriter
 from gateway.openai_logprobs import LogprobsByChoice, chat_logprobs, completion_logprobs
 from gateway.openai_models import ChatCompletionRequest, OpenAIRequest
-from gateway.tool_calls import ToolMode, tool_calls_body
+from gateway.tool_calls import ToolMode, calls_reason, tool_calls_body
 from producer import AsyncProducer, JobResult, PaternosterError
 from producer.protocol import DoneEvent, Event, TokenLogprob, Usage
 
@@ -93,7 +93,7 @@ class Shape:
             return {"role": "assistant", "content": text}, reason
         message = {"role": "assistant", "content": content.strip() or None,
                    "tool_calls": tool_calls_body(calls)}  # fmt: skip
-        return message, "tool_calls"
+        return message, calls_reason(reason)
 
     def whole(self, result: JobResult, logprobs: LogprobsByChoice | None = None) -> dict[str, Any]:
         """The non-streamed response of a ``done`` job."""

@@ -50,7 +50,7 @@ class ToolMode:
             value = _json(text)
             return ("", [_call(self.names[0], value)]) if isinstance(value, dict) else (text, [])
         if self.kind == "required":
-            calls = self._calls(_json(text))
+            calls = self._calls(_json(text)) or self._calls(_complete_items(text))
             return ("", calls) if calls else (text, [])
         return self._auto(text)
 
@@ -90,8 +90,31 @@ def _json(text: str) -> Any:
         return None
 
 
+def _complete_items(text: str) -> list[Any] | None:
+    """The whole items of a JSON array cut short (``max_tokens`` in the middle of a call):
+    a model that repeats calls until its budget ends (SmolLM2-135M at temperature 0.7 did) has
+    made calls that parse before it. None when not one item is whole."""
+    decoder, items = json.JSONDecoder(), list[Any]()
+    at = text.find("[") + 1
+    if not at or text[:at].strip() != "[":
+        return None
+    while True:
+        at = len(text) - len(text[at:].lstrip(" \t\r\n,"))
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return items or None
+        items.append(item)
+
+
 def _call(name: str, arguments: dict[str, Any]) -> Call:
     return Call(name, json.dumps(arguments, ensure_ascii=False))
+
+
+def calls_reason(reason: str | None) -> str:
+    """The finish reason of a choice with calls: ``tool_calls``, unless ``max_tokens`` cut it
+    (``length`` says the calls given are those made whole before the cut)."""
+    return "length" if reason == "length" else "tool_calls"
 
 
 def new_call_id() -> str:

@@ -178,3 +178,23 @@ def test_completion_logprobs_shape() -> None:
     assert choice["logprobs"]["tokens"] == ["token_id:3", "token_id:4"]
     assert choice["logprobs"]["token_logprobs"] == [-0.5, -0.5]
     assert choice["logprobs"]["top_logprobs"] == [{"token_id:3": -0.5}, {"token_id:4": -0.5}]
+
+
+def test_required_cut_by_max_tokens_keeps_the_whole_calls() -> None:
+    required = ToolMode("required", ("get_weather", "get_time"))
+    cut = '[\n{"name": "get_time", "arguments": {}},\n {"name": "get_weather", "arguments": {"ci'
+    assert required.parse(cut) == ("", [Call("get_time", "{}")])
+    assert required.parse('[{"name": "get_news", "arguments": {}}, {"na') == (
+        '[{"name": "get_news", "arguments": {}}, {"na',
+        [],
+    )
+    shape = Shape("job1", "m", True, tools=required)
+    result, events = JobResult("job1"), [_token(cut, 0), _done(FinishReason.LENGTH)]
+    for event in events:
+        result.apply(event)  # type: ignore[arg-type]
+    choice = ChatCompletion.model_validate(shape.whole(result)).choices[0]
+    assert choice.finish_reason == "length" and choice.message.tool_calls is not None
+    writer = ChunkWriter(shape)
+    chunks = [c for e in events for c in writer.chunks(e)]  # type: ignore[arg-type]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert sum("tool_calls" in c["choices"][0].get("delta", {}) for c in chunks) == 2
