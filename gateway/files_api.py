@@ -52,7 +52,24 @@ def _ttl_s(fields: dict[str, str], default_s: int) -> int:
     return int(given)
 
 
-@router.post("", responses={413: {"description": "the file is larger than max_file_bytes"}})
+# The body as OpenAPI has it: the route reads it itself (``files_upload``), not through FastAPI.
+UPLOAD_SCHEMA = {
+    "type": "object",
+    "required": ["file", "purpose"],
+    "properties": {
+        "file": {"type": "string", "format": "binary", "description": "JSONL, UTF-8"},
+        "purpose": {"type": "string", "enum": ["batch"]},
+        "expires_after[seconds]": {"type": "integer"},
+    },
+}
+UPLOAD_BODY = {"required": True, "content": {"multipart/form-data": {"schema": UPLOAD_SCHEMA}}}
+
+
+@router.post(
+    "",
+    responses={413: {"description": "the file is larger than max_file_bytes"}},
+    openapi_extra={"requestBody": UPLOAD_BODY},
+)
 async def create_file(request: Request, who: CallerDep) -> dict[str, Any]:
     """Upload a JSONL file (multipart ``file`` and ``purpose=batch``)."""
     config: GatewayConfig = request.app.state.config
