@@ -21,9 +21,12 @@ from gateway.errors import ApiError
 from gateway.openai_tools import ChatTools, ResponseFormat, ToolCallIn
 from producer.protocol import MAX_CHOICES, WireBool, WireFloat, WireInt
 
-# SamplingSpec's fields a request passes through under the same name (vLLM's extras among
-# them: repetition_penalty, top_k, min_p); their ranges are the spec's.
+# SamplingSpec's fields a request passes through under the same name when given (vLLM's
+# extras among them: repetition_penalty, top_k, min_p); past OpenAI's own, the spec's ranges.
 PASSED_THROUGH = (
+    "temperature",
+    "top_p",
+    "seed",
     "presence_penalty",
     "frequency_penalty",
     "repetition_penalty",
@@ -87,12 +90,6 @@ class OpenAIRequest(BaseModel):
         fields.update({k: getattr(self, k) for k in PASSED_THROUGH if getattr(self, k) is not None})
         optional = {"structure": self.structure(), "logprobs": self.logprobs_count()}
         fields.update({k: v for k, v in optional.items() if v is not None})
-        if self.temperature is not None:
-            fields["temperature"] = self.temperature
-        if self.top_p is not None:
-            fields["top_p"] = self.top_p
-        if self.seed is not None:
-            fields["seed"] = self.seed
         if self.stop:
             fields["stop"] = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         return fields

@@ -69,6 +69,9 @@ def test_penalties_logit_bias_and_vllm_extras_reach_the_spec() -> None:
     assert (sampling.presence_penalty, sampling.frequency_penalty) == (0.5, -0.25)
     assert sampling.repetition_penalty == 1.2 and (sampling.top_k, sampling.min_p) == (4, 0.1)
     assert sampling.logit_bias == {5: -100.0, 17: 3.5}
+    plain = chat(temperature=0.3, top_p=0.9, seed=4, stop="x", max_completion_tokens=7).sampling
+    assert (plain.temperature, plain.top_p, plain.seed, plain.stop) == (0.3, 0.9, 4, ("x",))
+    assert plain.max_tokens == 7 and chat().sampling.max_tokens == 256  # the route's default
     # The spec's ranges, named as the wire names them.
     with pytest.raises(InvalidJob, match=r"sampling\.presence_penalty"):
         chat(presence_penalty=3.0)
