@@ -8,8 +8,9 @@
 - ``required``: the output was constrained to a JSON array of ``{name, arguments}``.
 - a named function: the output was constrained to that function's arguments.
 
-A constrained output that still does not parse (cut by ``max_tokens``) is returned as
-``content`` with its finish reason (``length``): never as a call that would not parse.
+An output cut by ``max_tokens`` (finish reason ``length``) gives the calls made whole before
+the cut (the items of ``required``'s array that closed), or none and its text as ``content``:
+never a call that would not parse.
 """
 
 from __future__ import annotations
