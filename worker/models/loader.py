@@ -52,16 +52,24 @@ def bundled_model_path() -> Path:
 
 def resolve_model_dir(model: str | os.PathLike[str] | None, cache_root: Path | None = None) -> Path:
     """A Hugging Face directory for ``model`` (a dir, a .gguf file, or None for the bundled one)."""
+    gguf = gguf_source(model)
+    if gguf is not None:
+        return convert_gguf(gguf, cache_root or envs.cache_dir())
+    return Path(model) if model is not None else bundled_model_path()
+
+
+def gguf_source(model: str | os.PathLike[str] | None) -> Path | None:
+    """The .gguf file ``model`` names (None: the bundled one); None for a Hugging Face dir."""
     path = Path(model) if model is not None else bundled_model_path()
     if path.is_dir() and (path / "config.json").exists():
-        return path
+        return None
     if path.is_dir():
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) != 1:
             raise ModelNotFoundError(f"{path} has no config.json and not exactly one .gguf file")
         path = ggufs[0]
     if path.suffix == ".gguf" and path.is_file():
-        return convert_gguf(path, cache_root or envs.cache_dir())
+        return path
     raise ModelNotFoundError(f"{path}: expected a Hugging Face model directory or a .gguf file")
 
 
@@ -133,9 +141,16 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> CausalLM:
-    """Build the checkpoint's registered decoder on ``device`` and fill it from the directory's
-    safetensors files."""
+def load_model(
+    model_dir: Path,
+    dtype: torch.dtype,
+    device: torch.device,
+    quantization: str = "none",
+    source: str | os.PathLike[str] | None = None,
+) -> CausalLM:
+    """Build the checkpoint's registered decoder on ``device``, fill it from the directory's
+    safetensors files, and quantize its projections (worker/models/quant_loader.py; ``source``
+    is the model as the user named it, whose GGUF blocks ``gguf`` keeps)."""
     config = ModelConfig.from_dir(model_dir)
     with _default_dtype(dtype), torch.device("meta"):
         model = model_class(config.model_type)(config)
@@ -144,6 +159,13 @@ def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> Cau
     model.init_buffers()
     model.tie_weights()
     _load_weights(model, model_dir)
+    if quantization != "none":
+        from worker.models.quant_loader import quantize_model
+
+        gguf = gguf_source(source)
+        if gguf is not None and resolve_model_dir(source) != model_dir:
+            gguf = None  # ``source`` is not the model in ``model_dir``: no blocks to keep
+        quantize_model(model, quantization, gguf, device)
     return model.eval()
 
 

@@ -1,0 +1,123 @@
+"""`--quantization` (worker/models/quant_loader.py): the bundled GGUF's own blocks, int8 made at
+load, ``auto``'s choice, and an engine on the file's blocks against the torch references."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from worker.engine.config import EngineConfig
+from worker.models import quant
+from worker.models.loader import bundled_model_path, load_model, resolve_model_dir
+from worker.models.quant_gguf import read_tensors
+from worker.models.quant_loader import quantize_model
+
+CPU = torch.device("cpu")
+
+
+def test_read_tensors_matches_the_gguf_package() -> None:
+    import gguf
+    import numpy as np
+
+    ours = read_tensors(bundled_model_path())
+    theirs = gguf.GGUFReader(str(bundled_model_path())).tensors
+    assert len(ours) == len(theirs) == 272
+    for tensor in theirs:
+        mine = ours[tensor.name]
+        assert mine.type_id == int(tensor.tensor_type)
+        raw = np.ascontiguousarray(tensor.data).view(np.uint8).reshape(-1)
+        assert np.array_equal(mine.data.reshape(-1), raw)
+
+
+def test_gguf_keeps_the_bundled_files_blocks() -> None:
+    model_dir = resolve_model_dir(None)
+    fp32: Any = load_model(model_dir, torch.float32, CPU)
+    ours: Any = load_model(model_dir, torch.float32, CPU, "gguf", None)
+    assert not [m for m in ours.modules() if type(m) is nn.Linear]  # every projection swapped
+    formats = [m.format_name for m in ours.modules() if isinstance(m, quant.QuantWeight)]
+    assert formats.count("Q4_1") == 120 and formats.count("Q8_0") == 1  # embedding = head
+    assert ours.lm_head.qweight is ours.embed_tokens.qweight
+    # The projections in about a fifth of fp32's bytes (5 bits a weight of 32), no fp32 copy.
+    linear_bytes = sum(
+        m.qweight.nbytes()
+        for n, m in ours.named_modules()
+        if isinstance(m, quant.QuantLinear)
+        if n != "lm_head"
+    )
+    fp32_bytes = sum(m.weight.numel() * 4 for m in fp32.modules() if type(m) is nn.Linear) - (
+        fp32.lm_head.weight.numel() * 4
+    )
+    assert linear_bytes * 6 < fp32_bytes
+    assert sum(p.numel() for p in ours.parameters()) < 200_000  # only the norms stay float
+    # Same weights (the loader checked each dequantizes exactly): same embeddings, same head.
+    ids = torch.tensor([0, 5, 49151, 300])
+    assert torch.equal(ours.embed_tokens(ids), fp32.embed_tokens(ids))
+    x = torch.randn(3, 576)
+    torch.testing.assert_close(ours.lm_head(x), fp32.lm_head(x), rtol=1e-4, atol=1e-4)
+    qkv = ours.layers[7].self_attn.qkv_proj  # q and k rows un-permuted from llama.cpp's order
+    expected = fp32.layers[7].self_attn.qkv_proj(x)
+    torch.testing.assert_close(qkv(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_int8_from_float_weights(tiny_model_dir: Path) -> None:
+    model_dir = tiny_model_dir
+    fp32: Any = load_model(model_dir, torch.float32, CPU)
+    ours: Any = load_model(model_dir, torch.float32, CPU, "int8")
+    assert not [m for m in ours.modules() if type(m) is nn.Linear]
+    assert ours.lm_head.qweight is ours.embed_tokens.qweight  # tied: one int8 table
+    weights = [m for m in ours.modules() if isinstance(m, quant.QuantWeight)]
+    assert len(weights) == 2 * 4 + 1 and all(w.format_name == "int8" for w in weights)
+    ids, x, h = torch.tensor([1, 7, 100]), torch.randn(5, 32), torch.randn(5, 64)
+    with torch.inference_mode():
+        pairs = [
+            (ours.embed_tokens(ids), fp32.embed_tokens(ids)),
+            (ours.lm_head(x), fp32.lm_head(x)),
+            (ours.layers[1].mlp.down_proj(h), fp32.layers[1].mlp.down_proj(h)),
+        ]
+    for got, want in pairs:  # 127 levels a row: a few hundredths of the output's range at most
+        assert 0 < float((got - want).abs().max()) < 0.03 * float(want.abs().max())
+
+
+def test_auto_and_bad_modes(tiny_model_dir: Path) -> None:
+    model = load_model(tiny_model_dir, torch.float32, CPU)
+    assert quantize_model(model, "auto", None, CPU) == "none"  # not a GGUF: float as loaded
+    assert quantize_model(model, "none", None, CPU) == "none"
+    with pytest.raises(ValueError, match=r"needs a \.gguf model"):
+        quantize_model(model, "gguf", None, CPU)
+    with pytest.raises(ValueError, match="unknown quantization 'q2'"):
+        quantize_model(model, "q2", None, CPU)
+    with pytest.raises(ValueError, match="CPU only"):
+        quantize_model(model, "int8", None, torch.device("cuda"))
+    assert type(model.lm_head) is nn.Linear  # nothing was swapped by the refusals
+    parser = argparse.ArgumentParser()
+    EngineConfig.add_arguments(parser)
+    assert EngineConfig.from_args(parser.parse_args(["--quantization", "int8"])).quantization == (
+        "int8"
+    )
+    assert EngineConfig().quantization == "auto"
+
+
+@pytest.mark.slow
+def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
+    from worker.engine.llm_engine import LLMEngine
+    from worker.engine.sampling_params import SamplingParams
+
+    engine = LLMEngine(EngineConfig())  # auto: the bundled file is Q4_1, so its blocks
+    model: Any = engine.runner.model
+    assert engine.num_packed_linears == 0 and quant.quantized_bytes(model) < 100e6
+    prompts = ["The capital of France is", "def fibonacci(n):\n    "]
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    ours = [list(o.token_ids) for o in engine.generate(prompts, params)]
+    ops = model.lm_head.qweight.ops
+    assert ops is not None  # the C++ kernels ran above
+    quant.attach(model, None)  # the same weights through kernels/quant_reference.py
+    try:
+        reference = [list(o.token_ids) for o in engine.generate(prompts, params)]
+    finally:
+        quant.attach(model, ops)
+    assert ours == reference

@@ -1,0 +1,138 @@
+"""Projections and embeddings whose weights stay quantized: GGUF blocks or per-channel int8.
+
+`QuantLinear` replaces an `nn.Linear` and keeps only the quantized weight (the float one is
+dropped: no second copy). A step of few rows goes through our C++ kernels, which dequantize in
+registers (kernels/cpu_quant_linear.cpp, cpu_int8_linear.cpp); a step of many rows (a prefill
+chunk) dequantizes each weight into a transient fp32 buffer and runs oneDNN's GEMM on it, which
+at that size beats both (`GEMM_MIN_ROWS`). Without the C++ build, the torch references in
+kernels/quant_reference.py compute the same thing, slowly.
+
+`QuantEmbedding` looks up rows of the same weights and dequantizes just those: a tied LM head and
+its embedding share one quantized table (SmolLM2-135M: 30 MB of Q8_0 instead of 113 MB fp32).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from kernels import quant_reference as qr
+
+# Rows from which dequantize-then-oneDNN beats the register kernels. `python
+# ops/bench/quant_linear.py` (1 thread, CPU ms, the bundled file's 210 Q4_1 projections, Zen 4
+# EPYC), gguf_linear / dequantize + oneDNN: 16 rows 48.3 / 121.4, 32 rows 83.8 / 140.5,
+# 64 rows 163.0 / 143.9, 128 rows 323.9 / 222.4, 256 rows 654.6 / 319.0.
+GEMM_MIN_ROWS = 64
+
+
+class QuantWeight(nn.Module):
+    """A ``(n, k)`` weight held quantized: GGUF blocks ``(n, row_bytes)`` uint8 of GGML type
+    ``type_id``, or int8 codes ``(n, k)`` with per-row ``scale`` (``type_id`` None)."""
+
+    data: torch.Tensor
+    scale: torch.Tensor | None
+
+    def __init__(
+        self, data: torch.Tensor, type_id: int | None, scale: torch.Tensor | None = None
+    ) -> None:
+        super().__init__()
+        if (type_id is None) != (scale is not None):
+            raise ValueError("int8 weights take a scale, GGUF blocks do not")
+        self.type_id = type_id
+        self.register_buffer("data", data.contiguous(), persistent=False)
+        self.register_buffer("scale", scale, persistent=False)
+        self.in_features = data.shape[1] if type_id is None else qr.in_features(data, type_id)
+        self.out_features = data.shape[0]
+        self.ops: ModuleType | None = None  # our C++ kernels, set by `attach`
+
+    @property
+    def format_name(self) -> str:
+        return "int8" if self.type_id is None else qr.block_format(self.type_id).name
+
+    def rows(self, index: torch.Tensor) -> torch.Tensor:
+        """Float32 rows ``index`` of the weight (the embedding lookup)."""
+        data = self.data[index.reshape(-1)]
+        if self.scale is not None:
+            return data.float() * self.scale[index.reshape(-1), None]
+        assert self.type_id is not None
+        if self.ops is not None:
+            return self.ops.gguf_dequantize(data, self.type_id)
+        return qr.dequantize(data, self.type_id)
+
+    def dequantize(self) -> torch.Tensor:
+        if self.scale is not None:
+            return qr.dequantize_int8(self.data, self.scale)
+        assert self.type_id is not None
+        if self.ops is not None:
+            return self.ops.gguf_dequantize(self.data, self.type_id)
+        return qr.dequantize(self.data, self.type_id)
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ W.T + bias`` in float32 for 2-D float32 ``x``."""
+        ops = self.ops
+        if ops is None:
+            w = self.dequantize()
+            return torch.nn.functional.linear(x, w, bias)
+        if x.shape[0] >= GEMM_MIN_ROWS and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+            # Transient: one weight's fp32 (7 MB at most for SmolLM2) for this call only.
+            packed = torch.ops.mkldnn._reorder_linear_weight(self.dequantize(), None)
+            return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+        if self.scale is not None:
+            return ops.int8_linear(x, self.data, self.scale, bias)
+        return ops.gguf_linear(x, self.data, self.type_id, bias)
+
+    def nbytes(self) -> int:
+        scale = 0 if self.scale is None else self.scale.numel() * self.scale.element_size()
+        return self.data.numel() * self.data.element_size() + scale
+
+
+class QuantLinear(nn.Module):
+    """``y = x @ W.T + b`` with ``W`` a `QuantWeight` (shared with a tied embedding)."""
+
+    def __init__(self, weight: QuantWeight, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.qweight = weight
+        self.in_features, self.out_features = weight.in_features, weight.out_features
+        self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if x2.dtype != torch.float32 or x2.stride(-1) != 1:
+            x2 = x2.float().contiguous()
+        out = self.qweight.linear(x2, self.bias)
+        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"format={self.qweight.format_name}, bias={self.bias is not None}"
+        )
+
+
+class QuantEmbedding(nn.Module):
+    """Token embeddings looked up in a `QuantWeight` ``(vocab, hidden)``, dequantized per row."""
+
+    def __init__(self, weight: QuantWeight, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.qweight = weight
+        self.dtype = dtype
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        rows = self.qweight.rows(input_ids)
+        return rows.reshape(*input_ids.shape, -1).to(self.dtype)
+
+
+def attach(model: nn.Module, ops: ModuleType | None) -> int:
+    """Give every `QuantWeight` of ``model`` the C++ kernels; how many there are."""
+    weights = [m for m in model.modules() if isinstance(m, QuantWeight)]
+    for weight in weights:
+        weight.ops = ops
+    return len(weights)
+
+
+def quantized_bytes(model: nn.Module) -> int:
+    """Bytes of the quantized weights held (each shared table once)."""
+    return sum(m.nbytes() for m in model.modules() if isinstance(m, QuantWeight))
