@@ -171,6 +171,16 @@ class BatchStore:
                 except WatchError:
                     continue
 
+    async def uses_input(self, file_id: str) -> str | None:
+        """An unfinished batch that reads ``file_id`` (its runner parses it again after a
+        takeover, so it must stay), or None."""
+        active = sorted(await self.redis.smembers(self.keys.batches_active))
+        pipe = self.redis.pipeline(transaction=False)
+        for batch_id in active:
+            pipe.hget(self.keys.batch(batch_id), "input_file_id")
+        inputs = await pipe.execute()
+        return next((b for b, f in zip(active, inputs, strict=True) if f == file_id), None)
+
     async def retire(self, batch_id: str, ttl_s: int) -> None:
         """A final batch: off the active set, its object kept ``ttl_s``, its per-line hashes
         gone (the files hold them now)."""

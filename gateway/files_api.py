@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from gateway.auth import Caller, caller
+from gateway.batch_store import BatchStore
 from gateway.bodies import StrictJsonRoute
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
@@ -129,5 +130,10 @@ async def file_content(file_id: str, request: Request, who: CallerDep) -> Respon
 @router.delete("/{file_id}")
 async def delete_file(file_id: str, request: Request, who: CallerDep) -> dict[str, Any]:
     store = files_of(request)
-    await store.delete(await store.get(file_id, who))
+    meta = await store.get(file_id, who)
+    batches: BatchStore = request.app.state.batches
+    if (batch_id := await batches.uses_input(meta.id)) is not None:
+        raise ApiError(409, f"file {file_id} is the input of batch {batch_id}, not yet ended",
+                       code="file_in_use", param="file_id")  # fmt: skip
+    await store.delete(meta)
     return {"id": file_id, "object": "file", "deleted": True}
