@@ -43,7 +43,9 @@ from ops.bench.common import args_record, environment, in_worker_thread, write_r
 from ops.bench.our_engine import add_engine_arguments, engine_config, greedy, warm_up
 from ops.bench.random_model import write_random_model
 from producer.top.snapshot import percentile
+from worker.engine.config import DEFAULT_TPOT_TARGET_MS, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
+from worker.engine.step_targets import format_tpot_targets, parse_tpot_targets
 from worker.models.loader import resolve_model_dir
 
 INTERACTIVE, DEFAULT, BATCH = -10, 0, 10
@@ -80,7 +82,9 @@ class Run:
 
 def burst_run(args: argparse.Namespace, model: Path, mode: str) -> dict[str, Any]:
     """``mode``: alone, off (no targets) or on (the default targets)."""
-    run = Run(args, model, **({"tpot_target_ms": {}} if mode == "off" else {}))
+    targets = {} if mode == "off" else parse_tpot_targets(args.tpot_target_ms)
+    policy = {"min_prefill_chunk_tokens": args.min_prefill_chunk_tokens, "tpot_target_ms": targets}
+    run = Run(args, model, **policy)
     chats = [f"chat-{i}" for i in range(args.chats)]
     for rid in chats:
         run.add(rid, args.chat_len, args.chat_tokens, INTERACTIVE)
@@ -150,6 +154,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_engine_arguments(p, max_num_seqs=16, max_num_batched_tokens=512)
     p.add_argument("--cases", default="burst,starvation")
     p.add_argument("--shape", default="smollm2-135m", help="random_model.py shape")
+    p.add_argument("--modes", default="alone,off,on", help="burst runs, alone first")
+    targets = format_tpot_targets(DEFAULT_TPOT_TARGET_MS)
+    p.add_argument("--tpot-target-ms", default=targets, help="of the 'on' runs")
+    chunk = SchedulerConfig.min_prefill_chunk_tokens
+    p.add_argument("--min-prefill-chunk-tokens", type=int, default=chunk)
     p.add_argument("--chats", type=int, default=8)
     p.add_argument("--chat-len", type=int, default=32)
     p.add_argument("--chat-tokens", type=int, default=96)
@@ -176,11 +185,11 @@ def run_cases(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     cases = args.cases.split(",")
     if "burst" in cases:
         runs = {}
-        for mode in ("alone", "off", "on"):
+        for mode in args.modes.split(","):
             runs[mode] = in_worker_thread(functools.partial(burst_run, args, model, mode))
-            runs[mode]["p50_over_alone"] = (
-                runs[mode]["chat_tpot_p50_s"] / runs["alone"]["chat_tpot_p50_s"]
-            )
+            if "alone" in runs:
+                alone_s = runs["alone"]["chat_tpot_p50_s"]
+                runs[mode]["p50_over_alone"] = runs[mode]["chat_tpot_p50_s"] / alone_s
             print({k: v for k, v in runs[mode].items() if k != "step_cost"}, flush=True)
         report["burst"] = runs
     if "starvation" in cases:

@@ -17,7 +17,11 @@ from worker.engine.config import (
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import Sequence
 from worker.engine.step_cost import PRIOR, StepCost, StepCostModel, StepFeatures
-from worker.engine.step_targets import PrefillAllowance, parse_tpot_targets
+from worker.engine.step_targets import (
+    PrefillAllowance,
+    format_tpot_targets,
+    parse_tpot_targets,
+)
 from worker.engine.wait_reasons import WaitReason
 
 INTERACTIVE, BATCH = -10, 10
@@ -142,7 +146,8 @@ def test_the_cost_model_learns_a_faster_machine_and_chunks_grow() -> None:
 
 def test_tpot_targets_from_the_command_line() -> None:
     assert parse_tpot_targets("interactive=150,default=400") == DEFAULT_TPOT_TARGET_MS
-    assert parse_tpot_targets("off") == {}
+    assert parse_tpot_targets("off") == {} and format_tpot_targets({}) == "off"
+    assert format_tpot_targets(DEFAULT_TPOT_TARGET_MS) == "interactive=150,default=400"
     with pytest.raises(ValueError, match="--tpot-target-ms"):
         parse_tpot_targets("urgent=100")
     parser = argparse.ArgumentParser()

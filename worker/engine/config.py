@@ -72,12 +72,12 @@ class SchedulerConfig:
     max_running_per_tenant: int | None = None  # running sequences per tenant; None: no cap
     # Each step's prefill is cut so the running decodes of the most demanding band present meet
     # its target, as the step cost model predicts (step_targets.py); empty: full budget always.
-    tpot_target_ms: Mapping[str, float] = field(
-        default_factory=lambda: dict(DEFAULT_TPOT_TARGET_MS)
-    )
-    # Prefill tokens a step always gives the oldest running prompt and its first admission,
-    # whatever the target: a 2k-token prompt still finishes in 32 steps under a stream of chats.
-    min_prefill_chunk_tokens: int = 64
+    tpot_target_ms: Mapping[str, float] = field(default_factory=DEFAULT_TPOT_TARGET_MS.copy)
+    # Prefill tokens a step gives the oldest running prompt whatever the target (and a chat's
+    # first admission): a 2k-token prompt still ends within 128 steps under a stream of chats.
+    # One block: on a loaded 2-core AMD EPYC (prefill ~5 ms a token) 64 put the floor, not the
+    # target, in charge: chat TPOT in a burst 3.0x alone, 1.9x at 16 (ops/bench/tpot_burst.py).
+    min_prefill_chunk_tokens: int = 16
     # Priority points a job gains per second in the engine (aging.py); 0: off. 0.2 puts a batch
     # job (10) before interactive jobs (-10) that arrive more than 100 s after it.
     aging_per_s: float = 0.2
@@ -116,6 +116,11 @@ class EngineConfig:
     # of few rows to our C++ kernel, keeping a second, plain copy of the weights for it (see
     # worker/models/cpu_linear.py); onednn insists on oneDNN alone; torch keeps F.linear.
     linear_backend: Literal["auto", "torch", "onednn"] = "auto"
+    # Projection weights (worker/models/quant_loader.py): gguf keeps a GGUF file's Q8_0/Q4_0/Q4_1
+    # blocks for our C++ kernels (the bundled Q4_1 file: 96 MB instead of 540 MB fp32); int8
+    # makes per-channel int8 from float weights at load; none: float weights (exact HF parity);
+    # auto: gguf for a quantized GGUF on a float32 CPU model, else none. CPU only.
+    quantization: Literal["auto", "none", "gguf", "int8"] = "auto"
     seed: int = 0  # seeds unseeded sampling, so a whole run is reproducible
     num_threads: int | None = None  # torch intra-op threads on CPU; None: all cores
     # CUDA: decode-only steps replay CUDA graphs captured at padded batch sizes
@@ -158,6 +163,13 @@ class EngineConfig:
             "oneDNN alone",
         )
         g.add_argument(
+            "--quantization",
+            default=EngineConfig.quantization,
+            choices=get_args(hints["quantization"]),
+            help="CPU projection weights: gguf keeps the file's blocks (auto's choice for a "
+            "quantized GGUF), int8 quantizes float weights at load, none keeps them float",
+        )
+        g.add_argument(
             "--enforce-eager",
             action="store_true",
             help="CUDA: run every step eagerly instead of replaying captured CUDA graphs",
@@ -178,7 +190,9 @@ class EngineConfig:
         g.add_argument("--max-num-batched-tokens", type=int, default=batched)
         g.add_argument("--max-model-len", type=int, default=None)
         g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all)")
-        _add_priority_arguments(parser)
+        from worker.engine.policy_flags import add_policy_arguments  # it reads these defaults
+
+        add_policy_arguments(parser)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> EngineConfig:
@@ -189,6 +203,7 @@ class EngineConfig:
             dtype=args.dtype,
             attention_backend=args.attention_backend,
             linear_backend=args.linear_backend,
+            quantization=args.quantization,
             num_threads=args.threads,
             enforce_eager=args.enforce_eager,
             overlap_steps=args.overlap_steps,
@@ -210,41 +225,3 @@ class EngineConfig:
                 aging_per_s=args.aging_per_s,
             ),
         )
-
-
-def _add_priority_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``SchedulerConfig`` flags of priority and fair share (``EngineConfig.add_arguments``)."""
-    g = parser.add_argument_group("priority and fairness")
-    g.add_argument(
-        "--no-priority-preemption",
-        action="store_true",
-        help="urgent jobs wait for a free slot instead of preempting less urgent ones",
-    )
-    preemptions = SchedulerConfig.max_priority_preemptions
-    g.add_argument(
-        "--max-priority-preemptions", type=int, default=preemptions, help="per job, then immune"
-    )
-    g.add_argument(
-        "--tenant-weight",
-        action="append",
-        default=[],
-        metavar="TENANT=WEIGHT",
-        help="fair-share weight of a tenant (default 1); repeat for several",
-    )
-    g.add_argument("--max-running-per-tenant", type=int, default=None)
-    targets = ",".join(f"{band}={ms:g}" for band, ms in DEFAULT_TPOT_TARGET_MS.items())
-    g.add_argument(
-        "--tpot-target-ms",
-        default=targets,
-        metavar="BAND=MS,...",
-        help=f"per-band time per output token each step is sized to (default {targets}; off)",
-    )
-    chunk = SchedulerConfig.min_prefill_chunk_tokens
-    g.add_argument("--min-prefill-chunk-tokens", type=int, default=chunk)
-    aging = SchedulerConfig.aging_per_s
-    g.add_argument(
-        "--aging-per-s",
-        type=float,
-        default=aging,
-        help=f"priority points a waiting job gains per second (default {aging:g}; 0: off)",
-    )

@@ -95,6 +95,11 @@ class PrefillAllowance:
         self.num_tokens += num_tokens
 
 
+def format_tpot_targets(targets_ms: Mapping[str, float]) -> str:
+    """``parse_tpot_targets``' inverse: ``interactive=150,default=400``, or ``off``."""
+    return ",".join(f"{band}={ms:g}" for band, ms in targets_ms.items()) or "off"
+
+
 def parse_tpot_targets(text: str) -> dict[str, float]:
     """``--tpot-target-ms`` (``interactive=150,default=400``; ``off``: none) as milliseconds
     by band."""

@@ -1,0 +1,48 @@
+"""The scheduler policy's command-line flags, beside the defaults they show (``SchedulerConfig``'s):
+priority and preemption, tenant fair share, aging and per-band TPOT targets."""
+
+from __future__ import annotations
+
+import argparse
+
+from worker.engine.config import DEFAULT_TPOT_TARGET_MS, SchedulerConfig
+from worker.engine.step_targets import format_tpot_targets
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``SchedulerConfig`` flags of priority, fair share, aging and TPOT targets
+    (``EngineConfig.add_arguments``; ``EngineConfig.from_args`` reads them)."""
+    g = parser.add_argument_group("priority and fairness")
+    g.add_argument(
+        "--no-priority-preemption",
+        action="store_true",
+        help="urgent jobs wait for a free slot instead of preempting less urgent ones",
+    )
+    preemptions = SchedulerConfig.max_priority_preemptions
+    g.add_argument(
+        "--max-priority-preemptions", type=int, default=preemptions, help="per job, then immune"
+    )
+    g.add_argument(
+        "--tenant-weight",
+        action="append",
+        default=[],
+        metavar="TENANT=WEIGHT",
+        help="fair-share weight of a tenant (default 1); repeat for several",
+    )
+    g.add_argument("--max-running-per-tenant", type=int, default=None)
+    targets = format_tpot_targets(DEFAULT_TPOT_TARGET_MS)
+    g.add_argument(
+        "--tpot-target-ms",
+        default=targets,
+        metavar="BAND=MS,...",
+        help=f"per-band time per output token each step is sized to (default {targets}; off)",
+    )
+    chunk = SchedulerConfig.min_prefill_chunk_tokens
+    g.add_argument("--min-prefill-chunk-tokens", type=int, default=chunk)
+    aging = SchedulerConfig.aging_per_s
+    g.add_argument(
+        "--aging-per-s",
+        type=float,
+        default=aging,
+        help=f"priority points a waiting job gains per second (default {aging:g}; 0: off)",
+    )
