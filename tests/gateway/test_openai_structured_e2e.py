@@ -161,3 +161,24 @@ def test_a_schema_that_does_not_compile_is_the_callers_error(client: openai.Open
     with pytest.raises(openai.BadRequestError, match="invalid_request"):
         chat(client, response_format=fmt, max_tokens=8)
     assert chat(client, max_tokens=2).choices[0].finish_reason == "length"
+
+
+def test_native_api_takes_the_structure_keywords_and_tools(gateway: Served) -> None:
+    with gateway.client() as http:
+        for body, allowed in (
+            ({"messages": ASK, "choice": ["yes", "no"]}, {"yes", "no"}),
+            ({"prompt": "Code:", "regex": "[0-9]{3}"}, None),
+            ({"messages": ASK, "tools": TOOLS, "json_schema": CITY_PARAMS}, None),
+        ):
+            created = http.post("/v1/jobs", json={**body, "max_tokens": 40, "temperature": 0.7})
+            assert created.status_code == 201, created.text
+            job_id = created.json()["job_id"]
+            text = http.get(f"/v1/jobs/{job_id}/result", params={"timeout_s": 30}).json()["text"]
+            if allowed is not None:
+                assert text in allowed
+            elif "regex" in body:
+                assert len(text) == 3 and text.isdigit()
+            else:
+                jsonschema.validate(json.loads(text), CITY_PARAMS)
+        refused = http.post("/v1/jobs", json={"prompt": "x", "regex": "a", "choice": ["a"]})
+        assert refused.status_code == 422 and "give one of regex, choice" in refused.text
