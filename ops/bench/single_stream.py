@@ -1,10 +1,14 @@
 """Single-stream decode: one request, forced length, our engine against Hugging Face ``generate``.
 
     python ops/bench/single_stream.py [--tokens 128] [--dtype float32|bfloat16] [--repeats 3]
+    python ops/bench/single_stream.py --quantization none gguf int8 --prompt-tokens 32 --no-hf
 
 Both load the same weights (the bundled SmolLM2-135M unless ``--model``) in the same dtype and
 thread count, generate greedily with EOS disabled, and report output tokens/s (median of
-``--repeats``) and whether the token ids agree.
+``--repeats``) and whether the token ids agree. ``--quantization`` runs ours once per mode
+(EngineConfig.quantization), one after another in this process, so their ratio is measured
+side by side; each also reports CPU milliseconds per token (``time.process_time``: all of this
+process's threads), which other processes on a shared machine do not inflate.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,22 +27,48 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 PROMPT = "Tell me a long story about a lift that never stops."
+FILLER = " It rose past the roof, the clouds and the birds, and still the numbers climbed."
 
 
-def time_ours(args: argparse.Namespace) -> tuple[float, list[int]]:
+def prompt_of(args: argparse.Namespace, tokenizer: Any) -> str:
+    """PROMPT, or with ``--prompt-tokens N`` a text of about N tokens (the filler repeated)."""
+    if not args.prompt_tokens:
+        return PROMPT
+    ids = tokenizer.encode(PROMPT + FILLER * args.prompt_tokens)[: args.prompt_tokens]
+    return str(tokenizer.decode(ids))
+
+
+def time_ours(args: argparse.Namespace, quantization: str) -> dict[str, Any]:
     from worker.engine.config import EngineConfig
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.sampling_params import SamplingParams
+    from worker.models.quant import quantized_bytes
 
-    engine = LLMEngine(EngineConfig(model=args.model, device="cpu", dtype=args.dtype))
+    config = EngineConfig(
+        model=args.model,
+        device="cpu",
+        dtype=args.dtype,
+        quantization=quantization,  # type: ignore[arg-type]
+    )
+    engine = LLMEngine(config)
+    prompt = prompt_of(args, engine.tokenizer)
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
-    engine.generate([PROMPT], SamplingParams(temperature=0.0, max_tokens=4))  # warm-up
-    rates, tokens = [], []
+    engine.generate([prompt], SamplingParams(temperature=0.0, max_tokens=4))  # warm-up
+    rates, cpu_ms, tokens = [], [], []
     for _ in range(args.repeats):
-        start = time.perf_counter()
-        tokens = list(engine.generate([PROMPT], params)[0].token_ids)
+        start, cpu = time.perf_counter(), time.process_time()
+        tokens = list(engine.generate([prompt], params)[0].token_ids)
+        cpu_ms.append((time.process_time() - cpu) * 1e3 / len(tokens))
         rates.append(len(tokens) / (time.perf_counter() - start))
-    return statistics.median(rates), tokens
+    model = engine.runner.model
+    floats = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {
+        "tok_s": statistics.median(rates),
+        "cpu_ms_per_token": statistics.median(cpu_ms),
+        "tokens": tokens,
+        "prompt_tokens": len(engine.encode(prompt)),
+        "weight_mb": (floats + quantized_bytes(model)) / 1e6,
+    }
 
 
 def time_hf(args: argparse.Namespace) -> tuple[float, list[int]]:
@@ -49,7 +80,7 @@ def time_hf(args: argparse.Namespace) -> tuple[float, list[int]]:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, args.dtype))
     model.eval().generation_config.eos_token_id = None  # forced length, as ignore_eos
-    ids = torch.tensor([tokenizer.encode(PROMPT)])
+    ids = torch.tensor([tokenizer.encode(prompt_of(args, tokenizer))])
     mask = torch.ones_like(ids)
     model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False)  # warm-up
     rates, tokens = [], []
@@ -65,19 +96,35 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None)
     p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--prompt-tokens", type=int, default=0, help="default: the short PROMPT")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--quantization", nargs="+", default=["auto"], help="ours, once per mode")
+    p.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    ours, ours_tokens = time_ours(args)
-    hf, hf_tokens = time_hf(args)
-    same = sum(a == b for a, b in zip(ours_tokens, hf_tokens, strict=False))
+    ours = {mode: time_ours(args, mode) for mode in args.quantization}
     print(f"{args.dtype}, {torch.get_num_threads()} threads, {args.tokens} tokens")
-    print(f"ours {ours:.1f} tok/s  hf generate {hf:.1f} tok/s  ratio {ours / hf:.2f}")
-    print(f"identical tokens: {same}/{len(hf_tokens)}")
-    return {"ours_tok_s": ours, "hf_tok_s": hf, "ratio": ours / hf}
+    first = next(iter(ours.values()))
+    report: dict[str, float] = {}
+    for mode, r in ours.items():
+        same = sum(a == b for a, b in zip(r["tokens"], first["tokens"], strict=False))
+        print(
+            f"ours --quantization {mode}: {r['tok_s']:.1f} tok/s, {r['cpu_ms_per_token']:.1f} CPU"
+            f" ms/token, weights {r['weight_mb']:.0f} MB, prompt {r['prompt_tokens']} tokens,"
+            f" same tokens as {args.quantization[0]}: {same}/{len(first['tokens'])}"
+        )
+        report[f"ours_{mode}_tok_s"] = r["tok_s"]
+        report[f"ours_{mode}_cpu_ms_per_token"] = r["cpu_ms_per_token"]
+    if not args.no_hf:
+        hf, hf_tokens = time_hf(args)
+        same = sum(a == b for a, b in zip(first["tokens"], hf_tokens, strict=False))
+        print(f"hf generate {hf:.1f} tok/s, ours/hf {first['tok_s'] / hf:.2f}")
+        print(f"identical tokens ({args.quantization[0]} vs hf): {same}/{len(hf_tokens)}")
+        report |= {"hf_tok_s": hf, "ratio": first["tok_s"] / hf}
+    return report
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def _is_tied(model: nn.Module) -> bool:
     return isinstance(head, nn.Linear) and head.weight is _embedding(model).weight
 
 
-def _tie_or_replace(model: nn.Module, weights: dict[str, QuantWeight]) -> None:
+def replace_weights(model: nn.Module, weights: dict[str, QuantWeight]) -> None:
     """Swap in `QuantLinear`/`QuantEmbedding` where ``weights`` has the module's name."""
     embed = _embedding(model)
     tied = _is_tied(model)
@@ -103,7 +103,7 @@ def _to_int8(model: CausalLM) -> None:
         weights[name] = QuantWeight(q, None, scale)
     if _is_tied(model):  # tied: the head's per-row int8 is the table's too
         weights["embed_tokens"] = weights["lm_head"]
-    _tie_or_replace(model, weights)
+    replace_weights(model, weights)
 
 
 def _to_gguf(model: CausalLM, gguf_file: Path, dequantize: Dequantize) -> int:
@@ -119,7 +119,7 @@ def _to_gguf(model: CausalLM, gguf_file: Path, dequantize: Dequantize) -> int:
         blocks = _matching_blocks(found, floats[ours], heads, dequantize)
         if blocks is not None:
             weights[ours] = QuantWeight(blocks, parts_type(found))
-    _tie_or_replace(model, weights)
+    replace_weights(model, weights)
     return len(weights)
 
 
