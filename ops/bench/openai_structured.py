@@ -120,15 +120,15 @@ def ask(model: type[BaseModel]) -> list[Any]:
 
 def check_parse(client: openai.OpenAI, args: argparse.Namespace, model: type[BaseModel],
                 seed: int) -> tuple[bool, str, str]:  # fmt: skip
-    out = client.chat.completions.parse(model="m", messages=ask(model), response_format=model,
-                                        temperature=args.temperature, seed=seed,
-                                        max_tokens=args.max_tokens)  # fmt: skip
+    try:
+        out = client.chat.completions.parse(model="m", messages=ask(model), response_format=model,
+                                            temperature=args.temperature, seed=seed,
+                                            max_tokens=args.max_tokens)  # fmt: skip
+    except openai.LengthFinishReasonError as exc:  # parse() raises where the budget ran out
+        return False, "length", f"{model.__name__}: {exc.completion.choices[0].message.content}"
     choice = out.choices[0]
-    return (
-        isinstance(choice.message.parsed, model),
-        str(choice.finish_reason),
-        str(choice.message.content),
-    )
+    text = f"{model.__name__}: {choice.message.content}"
+    return isinstance(choice.message.parsed, model), str(choice.finish_reason), text
 
 
 def check_plain(client: openai.OpenAI, args: argparse.Namespace, model: type[BaseModel],
@@ -143,7 +143,7 @@ def check_plain(client: openai.OpenAI, args: argparse.Namespace, model: type[Bas
     try:
         jsonschema.validate(json.loads(text), schema)
     except (ValueError, jsonschema.ValidationError):
-        return False, str(out.choices[0].finish_reason), text
+        return False, str(out.choices[0].finish_reason), f"{model.__name__}: {text}"
     return True, str(out.choices[0].finish_reason), text
 
 
