@@ -1,7 +1,8 @@
 """TPOT targets and aging on the engine directly (issue 21): a burst of long prompts under
 running chats, and batch jobs under an unbroken stream of chats.
 
-    python ops/bench/tpot_burst.py --out ops/bench/results/tpot_burst.json   # ~3 min, 2 cores
+    python ops/bench/tpot_burst.py --threads 1 --out /tmp/tpot_burst.json
+    # 2 cores under load 6-10: burst ~4 min (8 x 2k prompts), starvation ~1.5 min
 
 ``burst``: ``--chats`` interactive chats decode; once each has ``--burst-after`` tokens,
 ``--long-prompts`` prompts of ``--long-len`` tokens (default band) arrive at once. Chat TPOT is
