@@ -2,6 +2,7 @@
 
     python -m kernels.compile_check            # sm_90 (Hopper), every cache dtype
     python -m kernels.compile_check --arch 80
+    python -m kernels.compile_check --quant    # kernels/triton_quant.py's instead
 
 The interpreter runs a kernel's Python and accepts code the compiler rejects: `load_kv_tile`
 once returned a ``tl.dtype`` beside its tensors, which passed every interpreted test and failed
@@ -30,6 +31,7 @@ TRITON_TYPES = {
     torch.bfloat16: "bf16",
     torch.int32: "i32",
     torch.int64: "i64",
+    torch.int8: "i8",
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -121,6 +123,29 @@ def compile_all(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values()
     return built
 
 
+def compile_quant(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values())) -> list[str]:
+    """The int8 weight-only GEMM (kernels/triton_quant.py) through its launcher, per activation
+    dtype, with and without a bias, at decode (1 row) and prefill (100 rows) sizes."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("unset TRITON_INTERPRET: the interpreter's kernels cannot compile")
+    from triton.backends.compiler import GPUTarget
+
+    import kernels.triton_quant
+
+    quant: Any = kernels.triton_quant
+    built: list[str] = []
+    kernel = quant._int8_linear_kernel
+    quant._int8_linear_kernel = CompileOnly(kernel, GPUTarget("cuda", arch, 32), built)
+    quant.check_device = lambda kernel, *tensors: None
+    quant.dot_flags = functools.partial(cuda_dot_flags, quant.dot_flags)
+    # Llama-3.2-1B's MLP up projection (2048 -> 8192), its int8 weight and per-channel scales.
+    q, scale = torch.zeros(8192, 2048, dtype=torch.int8), torch.ones(8192)
+    for dtype in dtypes:
+        quant.int8_linear(torch.zeros(1, 2048, dtype=dtype), q, scale)
+        quant.int8_linear(torch.zeros(100, 2048, dtype=dtype), q, scale, torch.zeros(8192))
+    return built
+
+
 def cuda_dot_flags(
     dot_flags: Callable[[torch.dtype, torch.device], tuple[bool, str]],
     dtype: torch.dtype,
@@ -174,8 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", type=int, default=90, help="compute capability: 90 = H100/H200")
     p.add_argument("--dtypes", default=",".join(DTYPES), help="comma list of bf16, fp16, fp32")
+    p.add_argument("--quant", action="store_true", help="the quantized-linear kernels instead")
     args = p.parse_args(argv)
-    built = compile_all(args.arch, [DTYPES[d] for d in args.dtypes.split(",")])
+    compile_kernels = compile_quant if args.quant else compile_all
+    built = compile_kernels(args.arch, [DTYPES[d] for d in args.dtypes.split(",")])
     for line in built:
         print(line)
     print(f"{len(built)} kernels compiled for sm_{args.arch}")

@@ -1,0 +1,70 @@
+"""kernels/triton_quant.py on CPU: the int8 Triton GEMM under the interpreter against the torch
+reference, and the FP8 path (torch's _scaled_mm) against its float32 emulation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import quant_reference as qr
+from kernels import triton_quant as tq
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 64, 64), (5, 77, 33), (17, 200, 130)])
+def test_int8_linear_matches_reference(m: int, k: int, n: int, dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(m * k + n)
+    q, scale = qr.quantize_int8(torch.randn(n, k, generator=gen))
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    bias = torch.randn(n, generator=gen)
+    expected = qr.int8_linear(x.float(), q, scale, bias)
+    got = tq.int8_linear(x, q, scale, bias)
+    assert got.dtype == dtype
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got.float(), expected, rtol=tol, atol=tol * 10)
+
+
+def test_int8_linear_rejects_bad_arguments() -> None:
+    q, scale = qr.quantize_int8(torch.randn(8, 16))
+    with pytest.raises(ValueError, match="q must be contiguous int8"):
+        tq.int8_linear(torch.zeros(2, 12), q, scale)
+    with pytest.raises(ValueError, match="scale must be float32"):
+        tq.int8_linear(torch.zeros(2, 16), q, scale.double())
+    with pytest.raises(ValueError, match="bias must hold 8"):
+        tq.int8_linear(torch.zeros(2, 16), q, scale, torch.zeros(3))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 32, 16), (7, 96, 48), (64, 160, 80)])
+def test_fp8_linear_matches_its_emulation(m: int, k: int, n: int) -> None:
+    gen = torch.Generator().manual_seed(m + k + n)
+    w = torch.randn(n, k, generator=gen)
+    w_fp8, w_scale = tq.quantize_fp8(w)
+    assert w_fp8.dtype == torch.float8_e4m3fn and w_scale.shape == (n,)
+    x = torch.randn(m, k, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    emulated = tq.fp8_linear_reference(x, w_fp8, w_scale, bias)
+    # e4m3 keeps 3 mantissa bits: each operand within 1/16 relative, the dot within a few %.
+    exact = x @ w.T + bias
+    assert float((emulated - exact).abs().max()) < 0.1 * float(exact.abs().max())
+    if tq.fp8_supported(x.device):  # torch's CPU build has a _scaled_mm of its own
+        torch.testing.assert_close(tq.fp8_linear(x, w_fp8, w_scale, bias), emulated)
+
+
+@pytest.mark.slow
+def test_int8_kernel_compiles_for_sm90() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-m", "kernels.compile_check", "--quant", "--dtypes", "bf16"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 kernels compiled for sm_90" in done.stdout  # decode and prefill rows, +- bias
