@@ -72,6 +72,7 @@ def run_engine(
     engine = LLMEngine(
         EngineConfig(
             attention_backend=backend,  # type: ignore[arg-type]
+            quantization="none",  # the fp32 path and its packing, which this test checks
             cache=CacheConfig(block_size=4, num_blocks=70),
             scheduler=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=32),
         )

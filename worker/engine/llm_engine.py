@@ -49,7 +49,8 @@ class LLMEngine:
             torch.set_num_threads(config.num_threads)
         self.model_dir = resolve_model_dir(config.model)
         self.tokenizer: Any = load_tokenizer(self.model_dir)
-        model = load_model(self.model_dir, pick_dtype(config.dtype, self.device), self.device)
+        dtype = pick_dtype(config.dtype, self.device)
+        model = load_model(self.model_dir, dtype, self.device, config.quantization, config.model)
         self.model_config = model.config
         self.runner = ModelRunner(config, model, self.device)
         # The layer kernels come with the attention backend's build (C++ or Triton).
