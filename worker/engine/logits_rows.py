@@ -37,6 +37,7 @@ class RowState:
         params = seq.params
         self.matcher = matcher
         self.stops = stops  # a constrained row ends only where its grammar may
+        self.stop_key = tuple(sorted(stops))
         self.counts: TokenCounts | None = None
         if params.penalized:
             with_prompt = params.repetition_penalty != 1.0
@@ -135,7 +136,7 @@ class RowProcessors:
         forced: set[int] = set()
         for (row, seq, num_out), state in constrained:
             assert state.matcher is not None
-            stop_row = self._stop_row(tuple(sorted(state.stops)), bitmask.shape[1])
+            stop_row = self._stop_row(state.stop_key, bitmask.shape[1])
             if state.matcher.is_terminated():
                 bitmask[row] = stop_row
             else:
