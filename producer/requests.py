@@ -27,6 +27,7 @@ from producer.protocol import (
 )
 from producer.results import JobResult
 from producer.structured import structure_of
+from producer.webhook_spec import WebhookSpec
 
 DEFAULT_RESULT_TTL_S = 24 * 3600  # Celery's result_expires default: a day
 READ_BLOCK_MS = 1000  # one XREAD waits this long before the caller's timeout is checked again
@@ -51,6 +52,7 @@ def build_spec(
     regex: str | None = None,
     choice: Sequence[str] | None = None,
     grammar: str | None = None,
+    webhook: WebhookSpec | Mapping[str, Any] | str | None = None,
     **sampling_kwargs: Any,
 ) -> JobSpec:
     """A validated JobSpec from keyword arguments; sampling fields may be given flat
@@ -59,7 +61,8 @@ def build_spec(
     ``cache_salt``: only jobs with the same salt share cached prompt blocks (``JobSpec``).
     ``tools``: OpenAI function tools, rendered with ``messages`` (``producer.messages``).
     At most one of ``json_schema`` (a dict or a Pydantic model class), ``regex``, ``choice``
-    (a list of strings), ``grammar`` (EBNF) constrains the output (``producer.structured``)."""
+    (a list of strings), ``grammar`` (EBNF) constrains the output (``producer.structured``).
+    ``webhook``: a WebhookSpec, its fields as a mapping, or just its URL (docs/webhooks.md)."""
     if priority is not None:
         try:
             priority = parse_priority(priority)
@@ -82,6 +85,7 @@ def build_spec(
         "metadata": dict(metadata) if metadata is not None else None,
         "cache_salt": cache_salt,
         "tools": tools,
+        "webhook": {"url": webhook} if isinstance(webhook, str) else webhook,
     }
     fields.update({k: v for k, v in optional.items() if v is not None})
     try:
