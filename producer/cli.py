@@ -28,6 +28,7 @@ from producer.reconnect import DEFAULT_RECONNECT
 from producer.results import JobResult
 from producer.sampling_args import add_sampling_arguments, sampling_fields
 from producer.top import add_top_command
+from producer.webhook_args import add_webhook_arguments, webhook_fields
 
 
 def add_producer_commands(sub: Any) -> None:
@@ -98,6 +99,7 @@ def _add_submit_command(sub: Any, parents: list[argparse.ArgumentParser]) -> Non
         "salts by tenant, so tenants never share)",
     )
     add_sampling_arguments(submit)
+    add_webhook_arguments(submit)
     submit.set_defaults(func=_guarded(cmd_submit))
 
 
@@ -155,6 +157,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             tenant=args.tenant,
             deadline_s=args.deadline_s,
             cache_salt=args.cache_salt,
+            webhook=webhook_fields(args),
         )
         if not handle.created:
             print(f"job {handle.job_id} exists already; nothing was added", file=sys.stderr)
