@@ -1,12 +1,14 @@
-"""Aging: a job's effective priority improves with the time it has spent in the engine.
+"""Aging: a job's effective priority improves with the time since it was submitted.
 
 Strict priority starves: under an unbroken stream of interactive jobs a batch job never starts.
 With aging, a job's effective priority is its priority less ``rate_per_s`` for every second since
-it reached the engine, never past ``MIN_PRIORITY`` (the most urgent a client may ask). Every
-job ages at the same rate from its own arrival, so the order of two jobs never changes while
-both are unclamped: of two jobs that arrived together the more urgent still goes first, and a
-batch job (10) goes before interactive jobs (-10) that arrived more than 20 / rate_per_s seconds
-after it. Ties (two clamped jobs) go to the more urgent priority.
+its submission (its wait in Redis, ``EngineRequest.waited_s``, counts), never past
+``MIN_PRIORITY`` (the most urgent a client may ask): ``effective_priority``, the one rule, used
+here and by the worker's band reader (``worker/service/bands.py``) on the heads of the Redis
+streams. Every job ages at the same rate from its own submission, so the order of two jobs
+never changes while both are unclamped: of two jobs submitted together the more urgent still
+goes first, and a batch job (10) goes before interactive jobs (-10) submitted more than
+20 / rate_per_s seconds after it. Ties (two clamped jobs) go to the more urgent priority.
 
 Running jobs keep aging, and preemption compares the same effective priorities (``key``). So
 the order of any two jobs is fixed, except once, when the second of them reaches the clamp:
@@ -26,6 +28,19 @@ from worker.engine.sequence import Sequence
 Clock = Callable[[], float]
 
 
+def effective_priority(priority: int, waited_s: float, rate_per_s: float) -> float:
+    """``priority`` less ``rate_per_s`` a second of ``waited_s``, clamped at ``MIN_PRIORITY``;
+    rate 0: aging off, the plain priority."""
+    if rate_per_s == 0:
+        return float(priority)
+    return max(float(MIN_PRIORITY), priority - rate_per_s * max(0.0, waited_s))
+
+
+def aging_key(priority: int, waited_s: float, rate_per_s: float) -> tuple[float, int]:
+    """Sort key, smallest most urgent: effective priority, ties to the priority."""
+    return (effective_priority(priority, waited_s, rate_per_s), priority)
+
+
 class Aging:
     """Effective priorities at the time of the step being scheduled (``tick``)."""
 
@@ -39,8 +54,9 @@ class Aging:
         """Read the clock once per step: every decision of one step sees the same ages."""
         self.now = self.clock()
 
-    def arrive(self, seq: Sequence) -> None:
-        self._arrived_s.setdefault(seq.seq_id, self.clock())
+    def arrive(self, seq: Sequence, waited_s: float = 0.0) -> None:
+        """``seq`` reached the engine after waiting ``waited_s`` since its submission."""
+        self._arrived_s.setdefault(seq.seq_id, self.clock() - max(0.0, waited_s))
 
     def forget(self, seq: Sequence) -> None:
         self._arrived_s.pop(seq.seq_id, None)
@@ -50,13 +66,11 @@ class Aging:
 
     def effective(self, seq: Sequence) -> float:
         """``seq``'s priority less its aging, clamped at ``MIN_PRIORITY``."""
-        if self.rate_per_s == 0:
-            return float(seq.priority)
-        return max(float(MIN_PRIORITY), seq.priority - self.rate_per_s * self.age_s(seq))
+        return effective_priority(seq.priority, self.age_s(seq), self.rate_per_s)
 
     def key(self, seq: Sequence) -> tuple[float, int]:
-        """Sort key, smallest most urgent: effective priority, ties to the priority."""
-        return (self.effective(seq), seq.priority)
+        """Sort key, smallest most urgent (``aging_key``)."""
+        return aging_key(seq.priority, self.age_s(seq), self.rate_per_s)
 
     def outranks(self, a: Sequence, b: Sequence) -> bool:
         """``a`` may preempt ``b``: another priority, and strictly more urgent now. Within one

@@ -109,7 +109,7 @@ class LLMEngine:
             self._states[state.seq.seq_id] = state
         if live:
             self._requests[request_id] = states
-            self.scheduler.add(live[0].seq, [s.seq for s in live[1:]])
+            self.scheduler.add(live[0].seq, [s.seq for s in live[1:]], request.waited_s)
 
     def add_prompt(
         self,

@@ -55,6 +55,8 @@ class Handover:
             tenant=spec.tenant,
             cache_salt=self.cache_salt(spec),
             resume=resume,
+            # Its wait since submission, on the Redis clock: the engine ages it from then.
+            waited_s=max(0.0, time.time() + self.clock_offset_s - submitted_at),
         )
         return AdmittedJob(
             request,
