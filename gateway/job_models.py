@@ -14,6 +14,7 @@ from producer import JobResult, JobSpec, SamplingSpec
 from producer.messages import ToolSpec
 from producer.protocol import ChatMessage, Timings, Usage, WireFloat, WireInt
 from producer.requests import build_spec
+from producer.webhook_spec import WebhookSpec
 
 
 class JobRequest(BaseModel):
@@ -50,6 +51,9 @@ class JobRequest(BaseModel):
         description="only jobs with the same salt share cached prompt blocks (by default the "
         "worker salts by tenant too: tenants never share)",
     )
+    webhook: WebhookSpec | None = Field(
+        default=None, description="POSTed, signed, when the job ends (docs/webhooks.md)"
+    )
 
     def to_spec(self, tenant: str | None, job_id: str) -> JobSpec:
         """The validated JobSpec, under the job plane's ``job_id`` (``TenantJobs.new_job_id``
@@ -67,6 +71,7 @@ class JobRequest(BaseModel):
             metadata=self.metadata,
             cache_salt=self.cache_salt,
             tools=self.tools,
+            webhook=self.webhook,
             **flat,
         )
 
