@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.errors import ApiError
 from gateway.openai_tools import ChatTools, ResponseFormat, ToolCallIn
 from producer.protocol import MAX_CHOICES, WireBool, WireFloat, WireInt
+from producer.webhook_spec import WebhookSpec
 
 # SamplingSpec's fields a request passes through under the same name when given (vLLM's
 # extras among them: repetition_penalty, top_k, min_p); past OpenAI's own, the spec's ranges.
@@ -67,6 +68,11 @@ class OpenAIRequest(BaseModel):
     top_k: WireInt | None = Field(default=None, description="vLLM's extra")
     min_p: WireFloat | None = Field(default=None, description="vLLM's extra")
     response_format: ResponseFormat | None = None
+    webhook: WebhookSpec | None = Field(
+        default=None,
+        description="Paternoster's extension, not OpenAI's (extra_body): POSTed, signed, when "
+        "the job ends (docs/webhooks.md)",
+    )
 
     def unsupported(self) -> list[str]:
         """Names of the parameters given with a value this gateway cannot honour."""
