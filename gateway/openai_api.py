@@ -76,7 +76,9 @@ async def run_openai(
     sampling = body.sampling(max_tokens, config.default_max_tokens)
     jobs = jobs_of(request, who)
     tenant = who.tenant_for(body.user)
-    spec = build_spec(**prompt, job_id=jobs.new_job_id(None), tenant=tenant, **sampling)
+    spec = build_spec(
+        **prompt, job_id=jobs.new_job_id(None), tenant=tenant, webhook=body.webhook, **sampling
+    )
     job_id, _ = await jobs.submit(spec)  # a fresh random id: always created
     shape = Shape.of(body, job_id, config.model_name)
     headers = {"X-Paternoster-Job-Id": job_id}
