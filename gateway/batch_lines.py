@@ -71,7 +71,7 @@ class LineJob:
                                                           self.default_max_tokens)}  # fmt: skip
         tenant = self.owner if self.owner is not None else body.user
         return build_spec(**fields, job_id=job_id, tenant=tenant, priority="batch",
-                          deadline=self.deadline)  # fmt: skip
+                          deadline=self.deadline, webhook=body.webhook)  # fmt: skip
 
 
 @dataclass

@@ -65,3 +65,34 @@ def test_the_cli_submits_a_webhook_and_refuses_a_private_address(
     rc, _, err = _cli(redis_url, key_prefix, capsys, "--webhook-secret", SECRET)
     assert rc == 2 and "need --webhook-url" in err
     assert client.xlen(Keys(key_prefix).jobs) == 1  # only the first was enqueued
+
+
+def test_the_gateway_routes_take_a_webhook_and_refuse_a_private_address(
+    redis_url: str, key_prefix: str, client: Any
+) -> None:
+    from gateway.config import GatewayConfig
+    from tests.gateway.conftest import serve, stop
+
+    served = serve(GatewayConfig(redis_url=redis_url, prefix=key_prefix, request_timeout_s=0.5))
+    hook = {"url": URL, "events": ["terminal", "started"]}
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    try:
+        with served.client() as http:
+            native = http.post("/v1/jobs", json={"prompt": "hi", "webhook": hook})
+            # No worker reads this prefix: the chat call times out (504) after its job exists.
+            openai = http.post("/v1/chat/completions", json={**chat, "webhook": hook})
+            refused = [
+                http.post(
+                    "/v1/jobs", json={"prompt": "hi", "webhook": {"url": "http://10.0.0.1/"}}
+                ),
+                http.post("/v1/completions", json={"prompt": "hi", "webhook": {"url": "ftp://x/"}}),
+            ]
+    finally:
+        stop(served)
+    assert native.status_code == 201 and openai.status_code == 504
+    for job_id in (native.json()["job_id"], openai.json()["error"]["job_id"]):
+        assert _stored_webhook(client, key_prefix, job_id)["events"] == ["terminal", "started"]
+    for answer in refused:
+        assert answer.status_code == 422, answer.text
+        assert "webhook.url" in answer.text, answer.text
+    assert client.xlen(Keys(key_prefix).jobs) == 2  # the refused ones enqueued nothing
