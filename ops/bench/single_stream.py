@@ -42,7 +42,6 @@ def time_ours(args: argparse.Namespace, quantization: str) -> dict[str, Any]:
     from worker.engine.config import EngineConfig
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.sampling_params import SamplingParams
-    from worker.models.quant import quantized_bytes
 
     config = EngineConfig(
         model=args.model,
@@ -60,15 +59,32 @@ def time_ours(args: argparse.Namespace, quantization: str) -> dict[str, Any]:
         tokens = list(engine.generate([prompt], params)[0].token_ids)
         cpu_ms.append((time.process_time() - cpu) * 1e3 / len(tokens))
         rates.append(len(tokens) / (time.perf_counter() - start))
-    model = engine.runner.model
-    floats = sum(p.numel() * p.element_size() for p in model.parameters())
     return {
         "tok_s": statistics.median(rates),
         "cpu_ms_per_token": statistics.median(cpu_ms),
         "tokens": tokens,
         "prompt_tokens": len(engine.encode(prompt)),
-        "weight_mb": (floats + quantized_bytes(model)) / 1e6,
+        "weight_mb": resident_weight_bytes(engine.runner.model) / 1e6,
     }
+
+
+def resident_weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights the model holds, each tensor once: parameters, oneDNN-packed weights and
+    the plain copies `PackedLinear` keeps for the C++ kernel, quantized weights."""
+    from worker.models.cpu_linear import PackedLinear
+    from worker.models.quant import QuantWeight
+
+    tensors = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
+    for m in model.modules():
+        held = []
+        if isinstance(m, PackedLinear):
+            held = [m.packed, m.weight]
+        elif isinstance(m, QuantWeight):
+            held = [m.data, m.scale]
+        for t in held:
+            if t is not None:
+                tensors[id(t) if t.is_mkldnn else t.data_ptr()] = t.numel() * t.element_size()
+    return sum(tensors.values())
 
 
 def time_hf(args: argparse.Namespace) -> tuple[float, list[int]]:
