@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from gateway import batch_api, files_api, jobs, openai_api
+from gateway import batch_api, files_api, jobs, metrics, openai_api
 from gateway.bodies import BodyLimit
 from gateway.config import GatewayConfig
 from gateway.errors import install_error_handlers
@@ -37,6 +37,7 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.config = config
+    app.state.metrics = metrics.GatewayMetrics()  # /metrics; the batch runner counts on it
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_body_bytes=config.max_body_bytes)
     app.include_router(jobs.router)
@@ -45,4 +46,5 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     app.include_router(batch_api.router)  # its lifespan starts the batch runner
     app.include_router(status_router)  # /status page and /v1/status
     app.include_router(webhooks_router)  # its lifespan runs a deliverer if config.webhooks
+    app.include_router(metrics.router)  # /metrics: the registry above, the deliverer's too
     return app

@@ -40,7 +40,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     config: GatewayConfig = app.state.config
     app.state.files = FileStore(producer.redis, producer.keys, config.files_dir)
     app.state.batches = BatchStore(producer.redis, producer.keys)
-    task = asyncio.create_task(BatchRunner(producer, config).run()) if config.batch_runner else None
+    runner = BatchRunner(producer, config, app.state.metrics)
+    task = asyncio.create_task(runner.run()) if config.batch_runner else None
     try:
         yield
     finally:

@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.batch_lines import BatchLine, error_line, not_run_line, refused_line, result_line
 from gateway.errors import ApiError
+from gateway.metrics import GatewayMetrics
 from gateway.openai_stream import Shape
 from gateway.tenancy import IdScope
 from producer import AsyncProducer, InvalidJob, JobNotFound, JobResult
@@ -57,8 +58,8 @@ class Progress:
 class Driver:
     """The Redis side of a ``Progress``: the calls that move it on."""
 
-    def __init__(self, producer: AsyncProducer) -> None:
-        self.producer = producer
+    def __init__(self, producer: AsyncProducer, metrics: GatewayMetrics) -> None:
+        self.producer, self.metrics = producer, metrics
         self.redis: Any = producer.redis  # decoding redis.asyncio: replies are str
         self.keys: Keys = producer.keys
 
@@ -98,8 +99,10 @@ class Driver:
                     error = ApiError(422, str(exc), code="invalid_job")
                     refused = BatchLine(line.index, line.custom_id, error=error)
                     await self.record(progress, line.index, False, refused_line(refused, None))
+                    self.metrics.lines("refused")
                 else:
                     progress.in_flight[line.index] = line
+                    self.metrics.lines("submitted")
             progress.submitted += 1
         if progress.submitted != start:
             await self.redis.hset(self.keys.batch(progress.batch_id), "submitted",
@@ -146,6 +149,7 @@ class Driver:
                     continue  # its events are slow to read: the next poll
             await self.record(progress, index, ok, text)
             del progress.in_flight[index]
+            self.metrics.lines("completed" if ok else "failed")
 
     async def _ended(
         self, progress: Progress, line: BatchLine, cancelled_code: str

@@ -31,6 +31,7 @@ from gateway.batch_store import COUNT_FIELDS, FINAL, BatchStatus, BatchStore
 from gateway.config import GatewayConfig
 from gateway.errors import ApiError
 from gateway.files_store import FileObject, FileStore
+from gateway.metrics import GatewayMetrics
 from gateway.tenancy import IdScope
 from producer import AsyncProducer
 
@@ -42,13 +43,16 @@ SWEEP_S = 600.0  # how often the files directory is swept of expired files
 
 
 class BatchRunner:
-    def __init__(self, producer: AsyncProducer, config: GatewayConfig) -> None:
+    def __init__(
+        self, producer: AsyncProducer, config: GatewayConfig, metrics: GatewayMetrics | None = None
+    ) -> None:
         self.producer, self.config = producer, config
+        self.metrics = metrics if metrics is not None else GatewayMetrics()
         self.redis: Any = producer.redis  # decoding redis.asyncio: replies are str
         self.keys = producer.keys
         self.store = BatchStore(self.redis, self.keys)
         self.files = FileStore(self.redis, self.keys, config.files_dir)
-        self.driver = Driver(producer)
+        self.driver = Driver(producer, self.metrics)
         self.name = f"gateway-{uuid.uuid4().hex[:12]}"
         self.progress: dict[str, Progress] = {}
         self.held: set[str] = set()  # the batches whose lease this runner took
@@ -145,10 +149,12 @@ class BatchRunner:
         if problems:
             errors = {"object": "list", "data": problems}
             if await self.store.move(fields["id"], BatchStatus.FAILED, now, errors=errors):
+                self.metrics.batch_ended(str(BatchStatus.FAILED))
                 await self.store.retire(fields["id"], self.config.files_ttl_s)
             return  # else a cancel came first: the next poll finishes it as cancelled
         total = len(progress.lines)
-        await self.store.move(fields["id"], BatchStatus.IN_PROGRESS, now, total=total)
+        if await self.store.move(fields["id"], BatchStatus.IN_PROGRESS, now, total=total):
+            self.metrics.lines("refused", sum(line.spec is None for line in progress.lines))
 
     async def advance(self, fields: dict[str, str], status: BatchStatus) -> None:
         batch_id = fields["id"]
@@ -185,7 +191,8 @@ class BatchRunner:
             final = BatchStatus.EXPIRED if ended else BatchStatus.COMPLETED
         completed, failed = await self.store.counts(batch_id)
         counts = dict(zip(COUNT_FIELDS, (completed, failed), strict=True))
-        await self.store.move(batch_id, final, int(time.time()), **ids, **counts)
+        if await self.store.move(batch_id, final, int(time.time()), **ids, **counts):
+            self.metrics.batch_ended(str(final))
         if (await self.store.read(batch_id)).get("status") in FINAL:  # this runner's or another's
             await self.store.retire(batch_id, self.config.files_ttl_s)
         self.progress.pop(batch_id, None)

@@ -1,7 +1,8 @@
 """The status page: ``GET /status`` (one HTML file, no CDN) and the JSON it polls, ``/v1/status``.
 
 ``/v1/status`` reads what the workers and ``SUBMIT`` already write: each band's queue depth, the
-live workers' heartbeats and the most recent job ids with their status hashes. It reads the same
+live workers' heartbeats, the most recent job ids with their status hashes, and the webhook
+deliveries still to make (``gateway.webhooks.stats``). It reads the same
 keys as ``producer.fleet``, whose readers are flows (``producer.calls``): the gateway runs the same
 ones on its asyncio client (a test checks they agree with the sync ones).
 """
@@ -20,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from gateway.jobs import CallerDep, jobs_of
 from gateway.tenancy import TenantJobs
+from gateway.webhooks.stats import WebhookCounts, webhook_counts_flow
 from producer import AsyncProducer, JobNotFound, JobState, fleet
 from producer.calls import adrive, async_io
 from producer.fleet import WorkerInfo
@@ -63,6 +65,7 @@ class StatusBody(BaseModel):
     queues: dict[str, int] = Field(description="jobs not yet taken, per band, most urgent first")
     workers: list[WorkerRow]
     recent: list[RecentJob] = Field(description="newest first; with auth only the caller's")
+    webhooks: WebhookCounts = Field(description="webhook deliveries behind (docs/webhooks.md)")
     auth: bool = Field(description="bearer auth is on")
 
 
@@ -144,6 +147,7 @@ async def fleet_status(
         queues=await queue_depths(client, keys),
         workers=await live_workers(client, keys, now_s),
         recent=await recent_jobs(jobs, recent),
+        webhooks=await adrive(webhook_counts_flow(keys), async_io(client)),
         auth=request.app.state.config.auth_enabled,
     )
 

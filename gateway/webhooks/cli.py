@@ -96,13 +96,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Entries to deliver (queued or in hand), those in hand (pending), and dead letters."""
-    keys, client = _keys(args), _redis(args)
-    pending = 0
-    if client.exists(keys.webhooks):
-        groups = {g["name"]: g for g in client.xinfo_groups(keys.webhooks)}
-        pending = int(groups.get(keys.webhook_group, {}).get("pending", 0))
-    queued, dead = client.xlen(keys.webhooks), client.xlen(keys.webhook_dead)
-    _print({"to_deliver": queued, "in_hand": pending, "dead": dead})
+    from gateway.webhooks.stats import webhook_counts_flow
+    from producer.calls import IO, drive
+
+    counts = drive(webhook_counts_flow(_keys(args)), IO(_redis(args)))
+    _print(counts.model_dump())
     return 0
 
 
