@@ -1,10 +1,19 @@
-"""Reading new jobs from the priority bands' streams, most urgent first.
+"""Reading new jobs from the priority bands' streams, most urgent first, aged by wait.
 
 Each band (``keys.band_of``: interactive, default, batch) has its own jobs stream in the
-workers' consumer group. A band is read only when every more urgent one is empty, and only as
-many entries as intake has free slots for; of those, the urgent reserve (``WorkerConfig
-.urgent_reserve``) is kept for the interactive band, so a worker full of batch jobs still
-reads an urgent job at once (it then preempts in the engine).
+workers' consumer group. With aging off a band is read only when every more urgent one is
+empty. With aging on (``SchedulerConfig.aging_per_s``, the engine's rate) each band's head
+entry, its oldest entry not yet delivered to any worker, is aged by the engine's own rule
+(``aging.aging_key``) from its submission (the millisecond time of its stream id, on the Redis
+clock), and the band whose head is most urgent is read: under an unbroken interactive backlog a
+batch head is read once it was submitted 20 / rate seconds before the interactive head. Only as
+many entries are read as intake has free slots for; of those, the urgent reserve
+(``WorkerConfig.urgent_reserve``) is kept for the interactive band, so a worker full of batch
+jobs still reads an urgent job at once (it then preempts in the engine).
+
+Round trips per read with aging on: one pipeline for every band's group info and the Redis
+time, one XRANGE pipeline for the heads when two or more bands have entries, then the reads
+(one when the chosen band still has its head); with aging off, one read per band tried.
 """
 
 from __future__ import annotations
@@ -14,8 +23,10 @@ from typing import Any, NamedTuple
 
 import redis
 
-from producer.fleet import queue_depths
-from producer.keys import Keys
+from producer.fleet import ask_queues, queue_depths, read_queues
+from producer.keys import BANDS, Keys
+from producer.protocol import PRIORITY_ALIASES
+from worker.engine.aging import aging_key
 from worker.service.config import WorkerConfig
 from worker.service.slots import Slots
 
@@ -28,14 +39,27 @@ class Entry(NamedTuple):
     fields: Mapping[str, str]
 
 
+def entry_ms(entry_id: str) -> int:
+    """The millisecond time in a stream id (``1700000000000-0``): when XADD wrote it."""
+    return int(entry_id.partition("-")[0])
+
+
 class BandReader:
-    def __init__(self, client: redis.Redis, keys: Keys, config: WorkerConfig, slots: Slots):
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        config: WorkerConfig,
+        slots: Slots,
+        aging_per_s: float = 0.0,
+    ) -> None:
         self._redis = client
         self.keys = keys
         self._name = config.name
         self._block_ms = config.read_block_ms
         self._slots = slots
         self._reserve = config.reserve(slots.capacity)
+        self._aging_per_s = aging_per_s  # the engine's (SchedulerConfig); 0: strict order
 
     def ensure_group(self) -> None:
         """Create the consumer group (and the stream) if missing, and this worker's consumer in
@@ -50,12 +74,15 @@ class BandReader:
             self._redis.xgroup_createconsumer(stream, self.keys.group, self._name)
 
     def read(self, count: int) -> list[Entry]:
-        """Up to ``count`` entries, most urgent band first: a band is read only when every
-        more urgent one is empty. Only the interactive band may use the reserved slots."""
+        """Up to ``count`` entries of one band: the most urgent band (with aging, the band of
+        the most urgent aged head) that has any. Only the interactive band may use the
+        reserved slots."""
         free = self._slots.capacity - self._slots.in_use  # besides the ``count`` held here
         room = min(count, count + free - self._reserve)  # for the other bands
         urgent, *others = self.keys.job_streams
         streams = [urgent, *(others if room > 0 else [])]
+        if self._aging_per_s > 0:
+            streams = self.aged_order(streams)
         for stream in streams:
             entries = self._xreadgroup([stream], count if stream == urgent else room, None)
             if entries:
@@ -64,6 +91,30 @@ class BandReader:
         # more of them than there is room for; a band left out is read on the next pass.
         waited = [urgent, *others[: max(0, min(count - 1, room))]]
         return self._xreadgroup(waited, 1, self._block_ms)
+
+    def aged_order(self, streams: list[str]) -> list[str]:
+        """Of ``streams``, those with undelivered entries, most urgent aged head first (ties:
+        the more urgent band)."""
+        pipe = self._redis.pipeline(transaction=False)
+        ask_queues(pipe, self.keys)
+        pipe.time()
+        *replies, (seconds, micros) = pipe.execute(raise_on_error=False)
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        queues = read_queues(replies, self.keys)
+        bands = dict(zip(self.keys.job_streams, BANDS, strict=True))
+        found = [(s, queues[bands[s]].last_delivered) for s in streams if queues[bands[s]].depth]
+        if len(found) <= 1:
+            return [s for s, _ in found]
+        pipe = self._redis.pipeline(transaction=False)
+        for stream, last in found:
+            pipe.xrange(stream, min=f"({last}" if last else "-", count=1)
+        keyed = []
+        for (stream, _), head in zip(found, pipe.execute(), strict=True):
+            if head:  # else delivered meanwhile (or Redis 6: its length counted delivered ones)
+                waited_s = max(0, now_ms - entry_ms(head[0][0])) / 1000
+                key = aging_key(PRIORITY_ALIASES[bands[stream]], waited_s, self._aging_per_s)
+                keyed.append((key, stream))
+        return [stream for _, stream in sorted(keyed)]
 
     def depths(self) -> dict[str, int]:
         """Entries of each band not yet delivered to any worker (``fleet.queue_depths``)."""

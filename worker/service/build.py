@@ -126,7 +126,7 @@ def build_intake(
     )
     return Intake(
         config,
-        reader=BandReader(client, keys, config, slots),
+        reader=BandReader(client, keys, config, slots, engine.config.scheduler.aging_per_s),
         claims=Claims(client, keys, config.name, config.result_ttl_s),
         resumer=Resumer(client, reclaimer, limits, handover),
         handover=handover,

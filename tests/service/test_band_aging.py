@@ -1,0 +1,137 @@
+"""The band reader ages each band's head by the engine's rule: no starvation in Redis either.
+
+A real Redis (the root conftest's); entries are written with explicit stream ids in the past,
+so a band's head has "waited" without the test waiting: each test runs in milliseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from producer.keys import Keys
+from worker.service.bands import BandReader, entry_ms
+from worker.service.config import WorkerConfig
+from worker.service.slots import Slots
+
+RATE_PER_S = 1.0  # batch (10) vs interactive (-10): read once submitted 20 s before its head
+
+
+@pytest.fixture
+def keys(client: redis.Redis, key_prefix: str) -> Keys:
+    return Keys(key_prefix)
+
+
+def reader(
+    client: redis.Redis, keys: Keys, aging_per_s: float, slots: Slots | None = None
+) -> BandReader:
+    config = WorkerConfig(prefix=keys.prefix, name="w1", read_block_ms=10)
+    band_reader = BandReader(client, keys, config, slots or Slots(8), aging_per_s)
+    band_reader.ensure_group()
+    return band_reader
+
+
+def add(client: redis.Redis, keys: Keys, band: str, ago_s: float | None = None) -> str:
+    """An entry in ``band``'s stream, submitted ``ago_s`` seconds ago (None: now)."""
+    entry_id = "*" if ago_s is None else f"{int((time.time() - ago_s) * 1000)}-0"
+    return str(client.xadd(keys.band(band), {"id": band}, id=entry_id))
+
+
+def backlog(client: redis.Redis, keys: Keys, batch_ago_s: float) -> str:
+    """A batch entry submitted ``batch_ago_s`` ago behind 61 interactive entries submitted one
+    a second over the last 60 s; its id."""
+    batch_id = add(client, keys, "batch", batch_ago_s)
+    for ago_s in range(60, -1, -1):
+        add(client, keys, "interactive", float(ago_s))
+    return batch_id
+
+
+def read_until_batch(
+    client: redis.Redis, keys: Keys, band_reader: BandReader, reads: int
+) -> list[str]:
+    """Read one entry at a time, a fresh interactive entry added after each read (the backlog
+    never empties); the ids read up to and with the batch entry (or ``reads`` of them)."""
+    got: list[str] = []
+    for _ in range(reads):
+        (entry,) = band_reader.read(1)
+        got.append(entry.entry_id)
+        add(client, keys, "interactive")
+        if entry.stream == keys.band("batch"):
+            break
+    return got
+
+
+def test_aged_batch_entry_read_within_the_bound(client: redis.Redis, keys: Keys) -> None:
+    batch_id = backlog(client, keys, batch_ago_s=40.0)
+    got = read_until_batch(client, keys, reader(client, keys, RATE_PER_S), reads=100)
+    assert got[-1] == batch_id
+    # Every chat read before it was submitted at most 20 s after it; the next one (left
+    # unread) more than 20 s after it: the engine's bound, 20 / rate, to the millisecond.
+    bound_ms = 20_000
+    assert all(entry_ms(i) - entry_ms(batch_id) <= bound_ms + 5 for i in got[:-1])
+    head: Any = client.xrange(keys.band("interactive"), min=f"({got[-2]}", count=1)
+    assert entry_ms(str(head[0][0])) - entry_ms(batch_id) >= bound_ms - 5
+    assert 40 <= len(got) <= 42  # the chats of the 20 s after it (one a second) went first
+
+
+def test_without_aging_the_batch_entry_waits(client: redis.Redis, keys: Keys) -> None:
+    batch_id = backlog(client, keys, batch_ago_s=40.0)
+    got = read_until_batch(client, keys, reader(client, keys, 0.0), reads=100)
+    assert len(got) == 100 and batch_id not in got
+
+
+def test_equal_wait_reads_the_more_urgent_band(client: redis.Redis, keys: Keys) -> None:
+    add(client, keys, "batch", 30.0)
+    add(client, keys, "default", 30.0)
+    first = reader(client, keys, RATE_PER_S).read(1)
+    assert [e.stream for e in first] == [keys.band("default")]
+
+
+def test_the_urgent_reserve_stays_interactive(client: redis.Redis, keys: Keys) -> None:
+    add(client, keys, "batch", 1000.0)  # far more urgent, aged, than any chat
+    slots = Slots(8)  # the reserve: 8 // 8 = 1 slot
+    slots.take(8, timeout_s=0)  # all held: reading one more is reading into the reserve
+    band_reader = reader(client, keys, RATE_PER_S, slots)
+    assert band_reader.read(1) == []  # no chat: the reserved slot is not given to batch
+    chat_id = add(client, keys, "interactive")
+    assert [e.entry_id for e in band_reader.read(1)] == [chat_id]
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Commands and pipelines sent to Redis, one count each: round trips."""
+    sent = [0]
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self: Any, command: Any, check_health: bool = True) -> None:
+        sent[0] += 1
+        original(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    yield sent
+
+
+def test_round_trips_per_read_are_bounded(
+    client: redis.Redis, keys: Keys, round_trips: list[int]
+) -> None:
+    band_reader = reader(client, keys, RATE_PER_S)
+    add(client, keys, "interactive")
+
+    def trips(count: int = 4) -> int:
+        before = round_trips[0]
+        band_reader.read(count)
+        return round_trips[0] - before
+
+    # Redis 6 has no group lag: a band's length (delivered entries too) stands in, so the
+    # heads' XRANGE runs whenever two bands have entries at all.
+    lag = int(str(client.info("server")["redis_version"]).split(".")[0]) >= 7
+    assert trips() == 2  # one band with entries: group info + time, then the read
+    add(client, keys, "interactive")
+    add(client, keys, "batch", 5.0)
+    assert trips() == 3  # two: the heads' XRANGE too
+    assert trips() == (2 if lag else 3)  # the batch entry now, the only band left
+    assert trips() == (2 if lag else 3)  # all empty: then one blocking read of them all
