@@ -30,6 +30,9 @@ from producer import AsyncProducer
 # The only window OpenAI offers, and how long it is.
 COMPLETION_WINDOWS_S = {"24h": 24 * 3600}
 MAX_LIST_LIMIT = 100  # OpenAI's largest page of batches
+# How long a batch's input file is kept past its window: the jobs in flight at the window's end
+# are cancelled and collected after it (within a few polls), by a runner that may parse it again.
+INPUT_GRACE_S = 3600
 CANCELLABLE = frozenset({BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS})
 
 
@@ -84,9 +87,10 @@ async def create_batch(body: BatchRequest, request: Request, who: CallerDep) -> 
     meta = await files.get(body.input_file_id, who)
     if meta.purpose != "batch":
         raise ApiError(422, "input_file_id: not a purpose=batch file", param="input_file_id")
-    window = (body.completion_window, window_s)
-    fields = new_batch(who.tenant or "", body.endpoint, meta.id, window, body.metadata,
-                       int(time.time()))  # fmt: skip
+    window, now = (body.completion_window, window_s), int(time.time())
+    # The input outlives the batch: its runner parses it again after a takeover, up to the end.
+    await files.extend(meta, now + window_s + INPUT_GRACE_S)
+    fields = new_batch(who.tenant or "", body.endpoint, meta.id, window, body.metadata, now)
     store = batches_of(request)
     await store.create(fields)
     return await store.body(await store.read(fields["id"]))

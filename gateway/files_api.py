@@ -109,9 +109,10 @@ async def list_files(
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = MAX_LIST_LIMIT,
     purpose: str | None = None,
 ) -> dict[str, Any]:
-    """The caller's files, newest first; ``after`` an id of the previous page."""
-    found, more = await files_of(request).list(who, limit, after)
-    return page([f.body() for f in found if purpose in (None, f.purpose)], more)
+    """The caller's files of ``purpose`` (any when not given), newest first; ``after`` an id
+    of the previous page."""
+    found, more = await files_of(request).list(who, limit, after, purpose)
+    return page([f.body() for f in found], more)
 
 
 @router.get("/{file_id}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ from producer.keys import Keys
 # id can climb out of the directory ("../x") or reach another key.
 FILE_ID_PATTERN = re.compile(r"^file-[A-Za-z0-9_-]{1,64}$")
 ALL_OWNERS = "*"  # the index every file is in; a tenant's own index lists only its files
+# Objects read a round trip when a listing filters by purpose: 1,000 HGETALLs of ~200 bytes.
+SCAN_CHUNK = 1000
 
 
 def new_file_id() -> str:
@@ -41,15 +43,20 @@ def listing_owner(who: Caller) -> str:
     return who.tenant if who.tenant is not None else ALL_OWNERS
 
 
+async def start_rank(client: Any, index: str, after: str | None) -> int | None:
+    """Where a page of an index (a sorted set by creation time, read newest first) starts:
+    after the id ``after``; None when the index does not hold it (no page follows)."""
+    if after is None:
+        return 0
+    rank = await client.zrevrank(index, after)
+    return None if rank is None else int(rank) + 1
+
+
 async def newest_ids(client: Any, index: str, after: str | None, count: int) -> list[str]:
-    """A page of an index (a sorted set by creation time): ``count`` ids, newest first, after
-    the id ``after`` (none after an id the index does not hold)."""
-    start = 0
-    if after is not None:
-        rank = await client.zrevrank(index, after)
-        if rank is None:
-            return []
-        start = rank + 1
+    """A page of an index: ``count`` ids, newest first, after the id ``after``."""
+    start = await start_rank(client, index, after)
+    if start is None:
+        return []
     ids: list[str] = await client.zrevrange(index, start, start + count - 1)
     return ids
 
@@ -140,24 +147,53 @@ class FileStore:
             self._path(meta.id).unlink(missing_ok=True)
 
     async def list(
-        self, who: Caller, limit: int, after: str | None
+        self, who: Caller, limit: int, after: str | None, purpose: str | None = None
     ) -> tuple[list[FileObject], bool]:
-        """Up to ``limit`` of the caller's files, newest first, after the id ``after``; and
-        whether more follow. Entries of files that expired are dropped from the index here."""
+        """Up to ``limit`` of the caller's files of ``purpose`` (None: any), newest first, after
+        the id ``after``; and whether more follow. The filter runs before the page is cut, so a
+        page is short only at the end: the index is read in chunks (``SCAN_CHUNK`` objects a
+        round trip when filtering) until ``limit + 1`` match. Entries of expired files are
+        dropped from the index here."""
         index = self.keys.files(listing_owner(who))
-        ids = await newest_ids(self.redis, index, after, limit + 1)
-        pipe = self.redis.pipeline(transaction=False)  # a page of 10,000: one round trip
-        for file_id in ids[:limit]:
-            pipe.hgetall(self.keys.file(file_id))
-        found, gone = [], []
-        for file_id, fields in zip(ids[:limit], await pipe.execute(), strict=True):
-            if not fields:
-                gone.append(file_id)
-            elif who.may_see(fields.get("owner") or None):
-                found.append(FileObject.from_hash(fields))
-        if gone:
+        start = await start_rank(self.redis, index, after)
+        if start is None:
+            return [], False
+        chunk = limit + 1 if purpose is None else max(limit + 1, SCAN_CHUNK)
+        found: list[FileObject] = []
+        gone: list[str] = []
+        while len(found) <= limit:
+            ids: list[str] = await self.redis.zrevrange(index, start, start + chunk - 1)
+            pipe = self.redis.pipeline(transaction=False)  # a chunk: one round trip
+            for file_id in ids:
+                pipe.hgetall(self.keys.file(file_id))
+            for file_id, fields in zip(ids, await pipe.execute(), strict=True):
+                if not fields:
+                    gone.append(file_id)
+                elif who.may_see(fields.get("owner") or None) and purpose in (
+                    None,
+                    fields["purpose"],
+                ):
+                    found.append(FileObject.from_hash(fields))
+            if len(ids) < chunk:
+                break
+            start += chunk
+        if gone:  # only now: removing them earlier would shift the ranks still to read
             await self.redis.zrem(index, *gone)
-        return found, len(ids) > limit
+        return found[:limit], len(found) > limit
+
+    async def extend(self, meta: FileObject, expires_at: int) -> FileObject:
+        """Keep the file at least until ``expires_at`` (never shortened): a batch's input must
+        outlive the batch, whose runner parses it again after a takeover."""
+        if expires_at <= meta.expires_at:
+            return meta
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.expireat(self.keys.file(meta.id), expires_at)
+        pipe.expireat(self.keys.file_content(meta.id), expires_at)  # 0 with a files_dir
+        alive, _ = await pipe.execute()
+        if not alive:  # it expired a moment ago
+            raise not_found(meta.id)
+        await self.redis.hset(self.keys.file(meta.id), "expires_at", str(expires_at))
+        return replace(meta, expires_at=expires_at)
 
     async def sweep(self) -> int:
         """Remove the directory's files whose object expired; how many it removed."""
