@@ -161,6 +161,8 @@ def test_a_schema_that_does_not_compile_is_the_callers_error(client: openai.Open
     with pytest.raises(openai.BadRequestError, match="invalid_request"):
         chat(client, response_format=fmt, max_tokens=8)
     assert chat(client, max_tokens=2).choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError, match="logit_bias"):  # an id past the vocabulary
+        chat(client, logit_bias={"99999999": 5}, max_tokens=2)
 
 
 def test_native_api_takes_the_structure_keywords_and_tools(gateway: Served) -> None:
