@@ -145,9 +145,11 @@ def test_the_cost_model_learns_a_faster_machine_and_chunks_grow() -> None:
 
 
 def test_tpot_targets_from_the_command_line() -> None:
-    assert parse_tpot_targets("interactive=150,default=400") == DEFAULT_TPOT_TARGET_MS
+    both = {"interactive": 150.0, "default": 400.0}
+    assert parse_tpot_targets("interactive=150,default=400") == both
     assert parse_tpot_targets("off") == {} and format_tpot_targets({}) == "off"
-    assert format_tpot_targets(DEFAULT_TPOT_TARGET_MS) == "interactive=150,default=400"
+    assert format_tpot_targets(both) == "interactive=150,default=400"
+    assert format_tpot_targets(DEFAULT_TPOT_TARGET_MS) == "interactive=150"
     with pytest.raises(ValueError, match="--tpot-target-ms"):
         parse_tpot_targets("urgent=100")
     parser = argparse.ArgumentParser()

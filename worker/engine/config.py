@@ -15,9 +15,11 @@ from worker.engine.step_targets import parse_tpot_targets
 
 # TPOT targets by band (``producer.keys.BANDS``; a band not named has none). 150 ms keeps chats
 # under vLLM's chat TPOT p50 on the CPU serving path (0.21 s, BENCHMARKS.md) while leaving prefill
-# ~100 ms a step there (~130 tokens); 400 ms is about a 512-token CPU chunk, so the default band
-# loses little prefill; batch has none. GPU steps are far under both: they bind on the CPU only.
-DEFAULT_TPOT_TARGET_MS = {"interactive": 150.0, "default": 400.0}
+# ~100 ms a step there (~130 tokens). The default band has none, so an offline run (all priority
+# 0: LLMEngine.generate, run_peers.py) plans the steps it planned before targets: a default=400
+# target cost its 64-request mix +9% of time on a machine 3x the CPU prior, +47% at 6.7x (the
+# loaded 2-core EPYC), 0.1% at 1x (ops/bench/sched_offline.py). GPU steps are far under 150 ms.
+DEFAULT_TPOT_TARGET_MS = {"interactive": 150.0}
 
 # 2 GiB of KV on CPU holds ~46k tokens of SmolLM2-135M (46 KB/token in fp32): far more than a
 # 2-core machine can keep busy, and small enough to leave room for a second process.
