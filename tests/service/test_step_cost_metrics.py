@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+import math
 
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.scheduler import Scheduler
 from worker.engine.step_cost import PRIOR, StepFeatures
-from worker.service.step_cost_metrics import TERMS, export_step_cost
+from worker.service.metrics import WorkerMetrics
+from worker.service.step_cost_metrics import TERMS
 
 
 def test_gauges_show_the_fit_the_last_step_and_the_target() -> None:
     scheduler = Scheduler(SchedulerConfig(), BlockManager(8, 4))
-    registry = CollectorRegistry()
-    export_step_cost(registry, scheduler)
+    metrics = WorkerMetrics("w1")
 
     def value(name: str, **labels: str) -> float | None:
-        return registry.get_sample_value(f"paternoster_{name}", labels)
+        return metrics.registry.get_sample_value(f"paternoster_{name}", labels)
 
     assert TERMS == ("base", "per_decode", "per_prefill_token", "per_context_token")
+    assert math.isnan(value("step_cost_seconds", term="base") or 0.0)  # no engine yet
+    metrics.step_cost.follow(scheduler)
     assert value("step_cost_seconds", term="per_prefill_token") == PRIOR.per_prefill_token_s
     assert value("step_tpot_target_seconds") == 0.0
     f = StepFeatures(4, 0, 400)

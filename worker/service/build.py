@@ -32,7 +32,6 @@ from worker.service.publisher import Publisher
 from worker.service.recovery import Reclaimer, Resumer
 from worker.service.reporting import Reporter
 from worker.service.slots import Slots
-from worker.service.step_cost_metrics import export_step_cost
 from worker.service.worker import JobWorker
 
 
@@ -60,7 +59,7 @@ def build_worker(
     inbox = Inbox()
     marker = keys.published(config.name)
     if metrics is not None:  # what the worker thinks a step costs (issue 21)
-        export_step_cost(metrics.registry, engine.scheduler)
+        metrics.step_cost.follow(engine.scheduler)
     return JobWorker(
         engine,
         config,

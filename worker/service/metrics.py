@@ -27,6 +27,7 @@ from prometheus_client import (
 from producer.keys import BANDS
 from worker.engine.wait_reasons import WaitReason
 from worker.service.metrics_server import MetricsServer
+from worker.service.step_cost_metrics import StepCostGauges
 
 NS = "paternoster"
 STALE_AFTER_S = 30.0  # the loop marks itself alive each step or 50 ms idle wait: 600x margin
@@ -87,6 +88,7 @@ class WorkerMetrics:
         self._define_engine(d)
         self._define_jobs(d)
         self._define_io(d)
+        self.step_cost = StepCostGauges(self.registry, NS)  # follow(the engine's scheduler)
         for band in BANDS:  # every series from the start: rate() and absent() need no first event
             self.jobs_held(band=band, waiting=0, running=0)
             self.queue_depth(band=band, depth=0)
