@@ -48,6 +48,18 @@ class WorkerInfo(BaseModel):
     generated_tokens: int = 0
     preemptions: int = 0
     draining: bool = False  # stopped reading new jobs (shutting down)
+    # What the worker thinks a step costs (its step-cost model, worker/engine/step_cost.py):
+    # ``step_`` + each fitted term of ``StepCost`` (seconds), the last step measured and as
+    # predicted before it ran, the TPOT target it was sized to (0: none), and the targets in
+    # force (``--tpot-target-ms``: "interactive=150", "off"; "": a worker that does not say).
+    step_base_s: float = 0.0
+    step_per_decode_s: float = 0.0
+    step_per_prefill_token_s: float = 0.0
+    step_per_context_token_s: float = 0.0
+    step_measured_s: float = 0.0
+    step_predicted_s: float = 0.0
+    step_target_s: float = 0.0
+    tpot_targets: str = ""
 
     @property
     def kv_usage(self) -> float:

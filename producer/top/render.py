@@ -10,16 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from producer.top.snapshot import JobRow, Latency, Snapshot, WorkerRow
+from producer.top.snapshot import JobRow, Latency, Snapshot, StepCostView, WorkerRow
 
 MIN_FLEX = 8  # a job id cut to 7 characters and an ellipsis still tells ids apart by eye
 GAP = "  "
 
 WORKER_HEADERS = ("WORKER", "RUN/MAX", "WAIT", "KV%", "STEPS", "TOKENS", "TOK/S", "BEAT", "")
+# What each worker thinks a step costs: its fitted terms, the last step measured and predicted,
+# the target that step was sized to, and the targets in force.
+STEP_HEADERS = (
+    *("STEP COST", "BASE", "/DECODE", "/PREFILL", "/CONTEXT"),
+    *("LAST", "PREDICTED", "TARGET", "TARGETS"),
+)
 JOB_HEADERS = ("JOB", "TENANT", "PRI", "STATE", "WAITING", "TOKENS", "TTFT", "TOTAL", "WORKER")
 # Text columns are left-aligned, numbers right-aligned; the first column of each is flexible.
 WORKER_LEFT = {0, 8}
 JOB_LEFT = {0, 1, 3, 4, 8}
+STEP_LEFT = {0, 8}
 
 
 def render(
@@ -32,6 +39,9 @@ def render(
         lines.append(f"workers: {len(snap.workers)} live")
         rows = [_worker_cells(w) for w in snap.workers]
         lines += _table(WORKER_HEADERS, rows, width, WORKER_LEFT)
+        costs = [_step_cells(w.name, w.step_cost) for w in snap.workers if w.step_cost]
+        if costs:
+            lines += ["", *_table(STEP_HEADERS, costs, width, STEP_LEFT)]
     else:
         lines.append("no live workers")
     lines += ["", _latency(snap.latency)]
@@ -50,6 +60,16 @@ def seconds(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def cost(value: float) -> str:
+    """A step-cost term: microseconds below a millisecond (a context token's ``6.0us``), two
+    decimals below 10 ms (a decode's ``1.50ms``), else as ``seconds``."""
+    if 0 < value < 0.001:
+        return f"{value * 1e6:.1f}us"
+    if 0 < value < 0.01:
+        return f"{value * 1000:.2f}ms"
+    return seconds(value)
 
 
 def _title(snap: Snapshot, interval_s: float | None) -> str:
@@ -84,6 +104,12 @@ def _worker_cells(w: WorkerRow) -> list[str]:
         f"{w.heartbeat_age_s:.1f}s",
         "draining" if w.draining else "",
     ]
+
+
+def _step_cells(name: str, c: StepCostView) -> list[str]:
+    terms = (c.base_s, c.per_decode_s, c.per_prefill_token_s, c.per_context_token_s)
+    target = cost(c.target_s) if c.target_s else "none"
+    return [name, *map(cost, (*terms, c.measured_s, c.predicted_s)), target, c.targets]
 
 
 def _job_cells(j: JobRow) -> list[str]:

@@ -4,15 +4,19 @@ and its metrics. It only builds commands and feeds counters; the publisher sends
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
 from collections import Counter
 from collections.abc import Mapping
+from typing import Any
 
 from producer.fleet import HEARTBEAT_S, HEARTBEAT_TTL_S, WorkerInfo
 from producer.keys import BANDS, Keys
 from worker.engine.llm_engine import LLMEngine
+from worker.engine.scheduler import Scheduler
+from worker.engine.step_targets import format_tpot_targets
 from worker.service.jobs import ActiveJob
 from worker.service.metrics import WorkerMetrics
 from worker.service.publisher import Command, PublishStats, hset
@@ -184,6 +188,7 @@ class Reporter:
             generated_tokens=self.generated_tokens,
             preemptions=sched.num_preemptions,
             draining=draining,
+            **step_cost_fields(sched),
         )
         key = self.keys.worker(self.name)
         return [
@@ -197,3 +202,19 @@ class Reporter:
             Command("DEL", (self.keys.worker(self.name),)),
             Command("ZREM", (self.keys.workers, self.name)),
         ]
+
+
+def step_cost_fields(sched: Scheduler) -> dict[str, Any]:
+    """``WorkerInfo``'s step-cost fields: what ``paternoster top`` shows of the model."""
+    fit, model = sched.step_cost.last_fit, sched.step_cost
+    fields: dict[str, Any] = {
+        f"step_{f.name}": float(getattr(fit, f.name)) for f in dataclasses.fields(fit)
+    }
+    allowance = sched.last_allowance
+    fields.update(
+        step_measured_s=model.last_step_s,
+        step_predicted_s=model.last_predicted_s,
+        step_target_s=allowance.target_s if allowance is not None else 0.0,
+        tpot_targets=format_tpot_targets(sched.config.tpot_target_ms),
+    )
+    return fields
