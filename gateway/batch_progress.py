@@ -13,6 +13,7 @@ again at the next poll, so a batch is admitted as capacity frees, never refused 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,26 +131,36 @@ class Driver:
         progress.cancels_sent = True
 
     async def collect(self, progress: Progress, cancelled_code: str) -> None:
-        """Lines for the in-flight jobs that ended; ``cancelled_code`` for a cancelled one."""
+        """Lines for the in-flight jobs that ended; ``cancelled_code`` for a cancelled one.
+        The ended jobs' results are read concurrently (each is a round trip or two), so the
+        window refills after the slowest read, not after their sum."""
         indices = list(progress.in_flight)
         pipe = self.redis.pipeline(transaction=False)
         for index in indices:
             pipe.hget(self.keys.job(progress.job_id(index)), "state")
         states = await pipe.execute()
-        for index, state in zip(indices, states, strict=True):
-            if state is not None and not JobState(state).terminal:
-                continue
-            line = progress.in_flight[index]
-            if state is None:
-                ok, text = False, _lost(line)
-            else:
-                try:
-                    ok, text = await self._ended(progress, line, cancelled_code)
-                except JobTimeout:
-                    continue  # its events are slow to read: the next poll
-            await self.record(progress, index, ok, text)
+        ended_now = {i: state is None for i, state in zip(indices, states, strict=True)
+                if state is None or JobState(state).terminal}  # fmt: skip
+        got = await asyncio.gather(
+            *(self._line(progress, i, lost, cancelled_code) for i, lost in ended_now.items())
+        )
+        for index, ended in zip(ended_now, got, strict=True):
+            if ended is None:
+                continue  # its events are slow to read: the next poll
+            await self.record(progress, index, *ended)
             del progress.in_flight[index]
-            self.metrics.lines("completed" if ok else "failed")
+            self.metrics.lines("completed" if ended[0] else "failed")
+
+    async def _line(
+        self, progress: Progress, index: int, gone: bool, cancelled_code: str
+    ) -> tuple[bool, str] | None:
+        line = progress.in_flight[index]
+        if gone:
+            return False, _lost(line)
+        try:
+            return await self._ended(progress, line, cancelled_code)
+        except JobTimeout:
+            return None
 
     async def _ended(
         self, progress: Progress, line: BatchLine, cancelled_code: str

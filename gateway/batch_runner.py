@@ -1,7 +1,9 @@
 """The batch runner: an asyncio task in the gateway that drives every active batch.
 
-Each poll (``GatewayConfig.batch_poll_s``) it takes each batch of ``Keys.batches_active`` whose
-lease it holds or can take (``Keys.batch_lease``, renewed each poll), and moves it one step:
+Each poll (``GatewayConfig.batch_poll_s``; ``BATCH_IDLE_POLL_S`` while no batch is active) it
+sets the window from the live workers' batch slots (``GatewayConfig.batch_window_for``), takes
+each batch of ``Keys.batches_active`` whose lease it holds or can take (``Keys.batch_lease``,
+renewed each poll), and moves it one step:
 
 - ``validating``: read and check the input file; ``failed`` (with ``errors``) or ``in_progress``;
 - ``in_progress``: submit lines (``batch_progress``), collect the jobs that ended;
@@ -33,12 +35,16 @@ from gateway.errors import ApiError
 from gateway.files_store import FileObject, FileStore
 from gateway.metrics import GatewayMetrics
 from gateway.tenancy import IdScope
-from producer import AsyncProducer
+from producer import AsyncProducer, fleet
+from producer.calls import adrive, async_io
 
 log = logging.getLogger(__name__)
 # How long a runner holds a batch without renewing: 50 polls at the default 0.2 s, so a busy
 # event loop does not lose it, and a dead gateway's batches move on within 10 s.
 LEASE_MS = 10_000
+# How often a runner with no active batch looks for one: a new batch's first step waits up
+# to this; a busy runner polls every ``GatewayConfig.batch_poll_s``.
+BATCH_IDLE_POLL_S = 1.0
 SWEEP_S = 600.0  # how often the files directory is swept of expired files
 
 
@@ -57,22 +63,28 @@ class BatchRunner:
         self.progress: dict[str, Progress] = {}
         self.held: set[str] = set()  # the batches whose lease this runner took
         self._swept_at = 0.0
+        self.window = 1  # a batch's jobs in flight at most: set each poll from the fleet
 
     async def run(self) -> None:
         """Poll until cancelled; an error in one poll is logged and the next poll retries."""
         try:
             while True:
+                active = True
                 try:
-                    await self.poll()
+                    active = await self.poll()
                 except Exception:  # Redis away, a bug: the gateway keeps serving
                     log.exception("batch runner poll failed")
-                await asyncio.sleep(self.config.batch_poll_s)
+                await asyncio.sleep(self.config.batch_poll_s if active else BATCH_IDLE_POLL_S)
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.release())
 
-    async def poll(self) -> None:
+    async def poll(self) -> bool:
+        """One step of every batch this runner holds; whether any batch is active."""
         active: set[str] = await self.redis.smembers(self.keys.batches_active)
+        if active:
+            workers = await adrive(fleet.live_workers_flow(self.keys), async_io(self.redis))
+            self.window = self.config.batch_window_for(sum(w.max_num_seqs for w in workers))
         for batch_id in sorted(active):
             if not await self.hold(batch_id):
                 self.progress.pop(batch_id, None)
@@ -85,6 +97,7 @@ class BatchRunner:
         if time.monotonic() - self._swept_at > SWEEP_S:
             self._swept_at = time.monotonic()
             await self.files.sweep()
+        return bool(active)
 
     async def hold(self, batch_id: str) -> bool:
         """Take or renew the batch's lease; a lease newly taken drops what this runner knew
@@ -173,7 +186,7 @@ class BatchRunner:
             await self.driver.drop_unsubmitted(progress, code)
             await self.driver.cancel_in_flight(progress)
         else:
-            await self.driver.submit_more(progress, self.config.batch_window)
+            await self.driver.submit_more(progress, self.window)
         await self.driver.collect(progress, code)
         if not progress.drained:
             return

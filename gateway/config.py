@@ -51,15 +51,20 @@ class GatewayConfig:
     # expires_after may shorten it. A batch's object lives this long after it ends.
     files_ttl_s: int = 30 * 24 * 3600
     batch_runner: bool = True  # drive batches in this process (any number of gateways may)
-    # A batch's jobs submitted and not yet finished, at most; the rest of its file waits in
-    # the gateway, not in Redis. Throughput against interactive latency: 1,000 lines of 16
-    # tokens, two workers on the tiny model (ops/bench/batch_api.py, 2 shared cores, load ~10):
-    # window 256 (poll 0.5 s): 92 lines/s, interactive-band TTFT p99 26x idle's (the workers'
-    # steps full of batch rows); 64 (poll 0.2 s): 84 lines/s, 4.8x; 16 (0.5 s): 14/s, 1.7x.
-    batch_window: int = 64
-    # How often a runner looks at its batches and their jobs: the window refills at this
-    # pace, and 64 short jobs on two workers can end in well under 0.5 s.
-    batch_poll_s: float = 0.2
+    # A batch's jobs submitted and not yet finished, at most: ``batch_window_for`` the live
+    # workers' batch slots, ``batch_slot_share`` of them (at least 1), capped by
+    # ``batch_window``; the rest of its file waits in the gateway, not in Redis. Throughput
+    # against interactive latency, 1,000 lines of 16 tokens, two workers of 64 slots on the
+    # tiny model (ops/bench/batch_api.py, 2 shared cores, load 7-8): 64 in flight (poll
+    # 0.2 s) 94 lines/s, interactive-band TTFT p99 4.9x idle's; 16 (poll 0.05 s, share
+    # 0.125) 69-71 lines/s, 1.7x and 3.3x (p50 1.4x, 2.0x). On a CPU a step's time grows with
+    # its rows; on a GPU it barely does until the batch is large: raise the share there.
+    batch_slot_share: float = 0.125
+    batch_window: int = 1024
+    # How often a runner moves its batches on while any is active: the window refills at
+    # this pace (16 jobs of 16 tokens end within 0.1-0.3 s here). Without active batches it
+    # looks every ``BATCH_IDLE_POLL_S``.
+    batch_poll_s: float = 0.05
     # Deliver job webhooks in this process too (``paternoster webhooks``' work, docs/webhooks.md).
     webhooks: bool = False
 
@@ -67,7 +72,13 @@ class GatewayConfig:
         for name in ("max_body_bytes", "max_file_bytes", "files_ttl_s", "batch_window"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if not 0 < self.batch_slot_share <= 1:
+            raise ValueError(f"batch_slot_share must be in (0, 1], not {self.batch_slot_share}")
         check_distinct_tags(self.tokens.values())  # behind auth, tenants' ids must not meet
+
+    def batch_window_for(self, slots: int) -> int:
+        """A batch's jobs in flight at most, for ``slots`` live batch slots in the fleet."""
+        return max(1, min(self.batch_window, int(self.batch_slot_share * slots)))
 
     @property
     def auth_enabled(self) -> bool:

@@ -35,12 +35,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import httpx
 import openai
 import redis
 import torch
 
 from gateway.config import GatewayConfig
+from ops.bench.batch_api_probes import Probes, split_report, ttft_report
 from ops.bench.chaos import audit as chaos_audit
 from ops.bench.chaos import start_worker
 from ops.bench.common import write_report
@@ -52,80 +52,23 @@ from producer.keys import Keys
 PREFIX = "bench-batch"
 
 
-def p99(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
-
-
-def summary(ttfts: Sequence[float]) -> dict[str, float | int]:
-    ordered = sorted(ttfts)
-    return {"n": len(ordered), "p50_ms": 1000 * ordered[len(ordered) // 2],
-            "p99_ms": 1000 * p99(ordered), "max_ms": 1000 * ordered[-1]}  # fmt: skip
-
-
-def start_gateway(url: str, port: int, log_dir: Path, batch_window: int) -> subprocess.Popen[bytes]:
+def start_gateway(
+    url: str, port: int, log_dir: Path, args: argparse.Namespace
+) -> subprocess.Popen[bytes]:
     """The gateway in a process of its own; inline rather than ``paternoster gateway`` so the
-    bench can set ``GatewayConfig.batch_window``, which has no flag."""
+    bench can set ``GatewayConfig``'s batch window, share and poll, which have no flags."""
     code = (
         "import sys, uvicorn; from gateway.app import create_app; "
         "from gateway.config import GatewayConfig; "
         "config = GatewayConfig(redis_url=sys.argv[1], prefix=sys.argv[2], "
-        "batch_window=int(sys.argv[4])); "
+        "batch_window=int(sys.argv[4]), batch_poll_s=float(sys.argv[5]), "
+        "batch_slot_share=float(sys.argv[6])); "
         "uvicorn.run(create_app(config), port=int(sys.argv[3]), log_level='warning')"
     )
-    cmd = [sys.executable, "-c", code, url, PREFIX, str(port), str(batch_window)]
+    settings = (args.batch_window, args.batch_poll_s, args.batch_slot_share)
+    cmd = [sys.executable, "-c", code, url, PREFIX, str(port), *map(str, settings)]
     log = open(log_dir / "gateway.log", "wb")  # the child keeps it open
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-
-
-class Probes:
-    """Interactive requests, one at a time, two kinds: an OpenAI streamed completion (its job
-    is of the ``default`` band; TTFT measured by the client, to the first text chunk) and a
-    native job of the ``interactive`` band (TTFT from its ``timings``, the server's clock:
-    submit to first token)."""
-
-    KINDS = ("openai_default_band", "native_interactive_band")
-
-    def __init__(self, base_url: str) -> None:
-        self.openai = openai.OpenAI(api_key="x", base_url=f"{base_url}/v1", max_retries=0,
-                                    timeout=120)  # fmt: skip
-        self.http = httpx.Client(base_url=base_url, timeout=120)
-        self.sent = 0
-
-    def ttft_s(self, kind: str) -> float:
-        self.sent += 1
-        prompt = f"Probe {self.sent}:"
-        if kind == "native_interactive_band":
-            body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "priority": "interactive"}
-            job_id = self.http.post("/v1/jobs", json=body).json()["job_id"]
-            result = self.http.get(f"/v1/jobs/{job_id}/result", params={"timeout_s": 60}).json()
-            return float(result["timings"]["ttft_s"])
-        start = time.perf_counter()
-        stream = self.openai.completions.create(model="m", prompt=prompt, max_tokens=4,
-                                                temperature=0, stream=True)  # fmt: skip
-        first = None
-        for chunk in stream:
-            if first is None and chunk.choices and chunk.choices[0].text:
-                first = time.perf_counter() - start
-        assert first is not None, "a probe produced no text"
-        return first
-
-
-def ttft_report(
-    idle: list[tuple[str, float, float]], busy: list[tuple[str, float, float]], kill_s: float
-) -> dict[str, Any]:
-    """Per probe kind: TTFT idle, during the batch (and before / from the kill), p99 ratio."""
-    report: dict[str, Any] = {}
-    for kind in Probes.KINDS:
-        during = [(sent, t) for k, sent, t in busy if k == kind]
-        phases = {"idle": [t for k, _, t in idle if k == kind],
-                  "during_batch": [t for _, t in during],
-                  "before_kill": [t for sent, t in during if sent < kill_s],
-                  "from_kill": [t for sent, t in during if sent >= kill_s]}  # fmt: skip
-        got: dict[str, Any] = {name: summary(ts) for name, ts in phases.items() if ts}
-        got["p99_ratio"] = got["during_batch"]["p99_ms"] / got["idle"]["p99_ms"]
-        report[kind] = got
-    return report
 
 
 def line(i: int, max_tokens: int) -> dict[str, Any]:
@@ -252,20 +195,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             args.model = str(tiny)
         workers = [start_worker(args, server.url, PREFIX, f"w{i}") for i in range(args.workers)]
         port = free_port()
-        procs += [*workers, start_gateway(server.url, port, work, args.batch_window)]
+        procs += [
+            *workers,
+            start_gateway(server.url, port, work, args),
+        ]
         probes = Probes(f"http://127.0.0.1:{port}")
         wait_ready(probes.openai)
         idle = [(k, 0.0, probes.ttft_s(k)) for _ in range(args.probes) for k in Probes.KINDS]
         load_before = os.getloadavg()  # the machine is shared: say how busy it was
+        probes.phase = "during_batch"
         ran = run_batch(probes, args, workers[0], server.url)
         report = {"lines": args.lines, "workers": args.workers, "max_tokens": args.max_tokens,
-                  "batch_window": args.batch_window,
+                  "batch_window": args.batch_window, "batch_poll_s": args.batch_poll_s,
+                  "batch_slot_share": args.batch_slot_share,
                   "model": args.model, "wall_s": ran["wall_s"],
                   "lines_per_s": args.lines / ran["wall_s"], "killed_at": ran["killed_at"],
                   **audit(probes.openai, ran, args.check),
                   **audit_jobs(server.url, ran["batch"].id, args.lines)}  # fmt: skip
         kill_s = ran["killed_at"]["t_s"] if ran["killed_at"] else math.inf
         report["ttft"] = ttft_report(idle, ran["busy"], kill_s)
+        report["native_ttft_split"] = split_report(probes)
         report["loadavg_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}
     finally:
         for proc in procs:
@@ -290,6 +239,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--check", type=int, default=50, help="lines compared one by one")
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--batch-window", type=int, default=GatewayConfig.batch_window)
+    ap.add_argument("--batch-poll-s", type=float, default=GatewayConfig.batch_poll_s)
+    ap.add_argument("--batch-slot-share", type=float, default=GatewayConfig.batch_slot_share)
     ap.add_argument("--step-delay-s", type=float, default=0.0)
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--out", type=Path)

@@ -21,6 +21,7 @@ from gateway.errors import ApiError
 from gateway.files_store import FileObject, FileStore, new_file_id
 from producer import AsyncProducer
 from producer.admission import Cap, band_scope, set_limits
+from producer.fleet import WorkerInfo
 from producer.keys import Keys
 
 LINES = 8
@@ -40,10 +41,33 @@ def rows(count: int = LINES, duplicate: bool = False) -> bytes:
 Scenario = Callable[[BatchRunner, BatchStore, str], Awaitable[None]]
 
 
-def run(redis_url: str, prefix: str, scenario: Scenario, content: bytes | None = None) -> None:
+def beat(client: redis.Redis, keys: Keys, name: str, max_num_seqs: int) -> None:
+    """A live worker's heartbeat, as a worker writes it (``producer.fleet``)."""
+    info = WorkerInfo(name=name, max_num_seqs=max_num_seqs, heartbeat_at=time.time())
+    client.hset(keys.worker(name), mapping=info.to_hash())  # type: ignore[arg-type]
+    client.zadd(keys.workers, {name: info.heartbeat_at})
+
+
+def run(
+    redis_url: str,
+    prefix: str,
+    scenario: Scenario,
+    content: bytes | None = None,
+    **settings: Any,
+) -> None:
+    """``scenario`` on a batch of ``content``; one live worker of 64 slots unless
+    ``slots`` says otherwise (its 0.125 share, 8, is above the window of 3)."""
+    slots = settings.pop("slots", [64])
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    for i, count in enumerate(slots):
+        beat(client, Keys(prefix), f"w{i}", count)
+    client.close()
+
     async def main() -> None:
         producer = AsyncProducer(redis_url, prefix=prefix)
-        config = GatewayConfig(redis_url=redis_url, prefix=prefix, batch_window=WINDOW)
+        config = GatewayConfig(
+            redis_url=redis_url, prefix=prefix, **{"batch_window": WINDOW, **settings}
+        )
         files = FileStore(producer.redis, producer.keys, None)
         data = rows() if content is None else content
         now = int(time.time())
@@ -166,3 +190,17 @@ def test_files_in_a_directory(redis_url: str, key_prefix: str, tmp_path: Path) -
         await producer.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(("slots", "in_flight"), [([8, 24], 8), ([], 1), ([64, 64], 20)])
+def test_the_window_is_a_share_of_the_fleets_slots(
+    redis_url: str, key_prefix: str, slots: list[int], in_flight: int
+) -> None:
+    async def scenario(runner: BatchRunner, store: BatchStore, batch_id: str) -> None:
+        for _ in range(3):
+            await runner.poll()
+        assert (await store.read(batch_id))["submitted"] == str(in_flight)
+
+    # A quarter of 8 + 24 slots; no live worker: one job at a time; 128 slots: the cap of 20.
+    run(redis_url, key_prefix, scenario, rows(40), slots=slots, batch_slot_share=0.25,
+        batch_window=20)  # fmt: skip
