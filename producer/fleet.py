@@ -11,6 +11,7 @@ gateway runs the same on its asyncio one.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,23 @@ HEARTBEAT_S = 1.0
 # Ten missed beats: long enough to ride out a slow step or a GC pause on a loaded CPU, short
 # enough that "no worker" shows within seconds of the last one dying.
 HEARTBEAT_TTL_S = 10
+
+
+@dataclass(frozen=True)
+class StepCostReport:
+    """What a worker thinks a step costs (its step-cost model, worker/engine/step_cost.py), in
+    seconds: each fitted term of ``StepCost`` under its own name, the last step measured and as
+    predicted before it ran, the TPOT target it was sized to (0: none, the whole token budget),
+    and the targets in force as ``--tpot-target-ms`` takes them ("off": none)."""
+
+    base_s: float
+    per_decode_s: float
+    per_prefill_token_s: float
+    per_context_token_s: float
+    measured_s: float
+    predicted_s: float
+    target_s: float
+    targets: str
 
 
 class WorkerInfo(BaseModel):
@@ -48,31 +66,26 @@ class WorkerInfo(BaseModel):
     generated_tokens: int = 0
     preemptions: int = 0
     draining: bool = False  # stopped reading new jobs (shutting down)
-    # What the worker thinks a step costs (its step-cost model, worker/engine/step_cost.py):
-    # ``step_`` + each fitted term of ``StepCost`` (seconds), the last step measured and as
-    # predicted before it ran, the TPOT target it was sized to (0: none), and the targets in
-    # force (``--tpot-target-ms``: "interactive=150", "off"; "": a worker that does not say).
-    step_base_s: float = 0.0
-    step_per_decode_s: float = 0.0
-    step_per_prefill_token_s: float = 0.0
-    step_per_context_token_s: float = 0.0
-    step_measured_s: float = 0.0
-    step_predicted_s: float = 0.0
-    step_target_s: float = 0.0
-    tpot_targets: str = ""
+    step_cost: StepCostReport | None = None  # None: a worker that does not say (older)
 
     @property
     def kv_usage(self) -> float:
         return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
 
     def to_hash(self) -> dict[str, str]:
-        return {k: str(int(v) if isinstance(v, bool) else v) for k, v in self.model_dump().items()}
+        """Hash fields; ``step_cost`` as one JSON field (absent when None)."""
+        fields = self.model_dump()
+        step_cost = fields.pop("step_cost")
+        out = {k: str(int(v) if isinstance(v, bool) else v) for k, v in fields.items()}
+        return out if step_cost is None else {**out, "step_cost": json.dumps(step_cost)}
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> WorkerInfo:
         data: dict[str, Any] = dict(fields)
         if "draining" in data:
             data["draining"] = data["draining"] in ("1", "True", "true")
+        if "step_cost" in data:
+            data["step_cost"] = json.loads(data["step_cost"])
         return cls.model_validate(data)
 
 

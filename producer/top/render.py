@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from producer.top.snapshot import JobRow, Latency, Snapshot, StepCostView, WorkerRow
+from producer.fleet import StepCostReport
+from producer.top.snapshot import JobRow, Latency, Snapshot, WorkerRow
 
 MIN_FLEX = 8  # a job id cut to 7 characters and an ellipsis still tells ids apart by eye
 GAP = "  "
@@ -106,7 +107,7 @@ def _worker_cells(w: WorkerRow) -> list[str]:
     ]
 
 
-def _step_cells(name: str, c: StepCostView) -> list[str]:
+def _step_cells(name: str, c: StepCostReport) -> list[str]:
     terms = (c.base_s, c.per_decode_s, c.per_prefill_token_s, c.per_context_token_s)
     target = cost(c.target_s) if c.target_s else "none"
     return [name, *map(cost, (*terms, c.measured_s, c.predicted_s)), target, c.targets]

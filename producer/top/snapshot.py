@@ -18,43 +18,13 @@ import redis
 from pydantic import ValidationError
 
 from producer import waiting
-from producer.fleet import WorkerInfo, live_workers, queue_depths
+from producer.fleet import StepCostReport, WorkerInfo, live_workers, queue_depths
 from producer.keys import Keys, band_of
 from producer.protocol import JobState
 from producer.results import JobStatus
 
 # Keys.recent holds at most 100 ids; read them all so the percentiles cover every recent job.
 RECENT_LIMIT = 100
-
-
-@dataclass(frozen=True)
-class StepCostView:
-    """What a worker thinks a step costs (``WorkerInfo``'s ``step_`` fields), in seconds."""
-
-    base_s: float
-    per_decode_s: float
-    per_prefill_token_s: float
-    per_context_token_s: float
-    measured_s: float  # the last timed step
-    predicted_s: float  # what the model said of it before it ran
-    target_s: float  # the TPOT target it was sized to; 0: none (the whole token budget)
-    targets: str  # the targets in force, as --tpot-target-ms takes them ("off": none)
-
-    @classmethod
-    def of(cls, info: WorkerInfo) -> StepCostView | None:
-        """None for a worker that does not report its step cost (an older version)."""
-        if not info.tpot_targets:
-            return None
-        return cls(
-            info.step_base_s,
-            info.step_per_decode_s,
-            info.step_per_prefill_token_s,
-            info.step_per_context_token_s,
-            info.step_measured_s,
-            info.step_predicted_s,
-            info.step_target_s,
-            info.tpot_targets,
-        )
 
 
 @dataclass(frozen=True)
@@ -73,7 +43,7 @@ class WorkerRow:
     heartbeat_at: float  # unix s, the worker's clock
     heartbeat_age_s: float
     draining: bool
-    step_cost: StepCostView | None = None
+    step_cost: StepCostReport | None = None  # what it thinks a step costs; None: not said
 
 
 @dataclass(frozen=True)
@@ -190,7 +160,7 @@ def _worker_row(info: WorkerInfo, before: WorkerRow | None, now_s: float) -> Wor
         heartbeat_at=info.heartbeat_at,
         heartbeat_age_s=max(0.0, now_s - info.heartbeat_at),
         draining=info.draining,
-        step_cost=StepCostView.of(info),
+        step_cost=info.step_cost,
     )
 
 

@@ -10,9 +10,8 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
 
-from producer.fleet import HEARTBEAT_S, HEARTBEAT_TTL_S, WorkerInfo
+from producer.fleet import HEARTBEAT_S, HEARTBEAT_TTL_S, StepCostReport, WorkerInfo
 from producer.keys import BANDS, Keys
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.scheduler import Scheduler
@@ -188,7 +187,7 @@ class Reporter:
             generated_tokens=self.generated_tokens,
             preemptions=sched.num_preemptions,
             draining=draining,
-            **step_cost_fields(sched),
+            step_cost=step_cost_report(sched),
         )
         key = self.keys.worker(self.name)
         return [
@@ -204,17 +203,13 @@ class Reporter:
         ]
 
 
-def step_cost_fields(sched: Scheduler) -> dict[str, Any]:
-    """``WorkerInfo``'s step-cost fields: what ``paternoster top`` shows of the model."""
-    fit, model = sched.step_cost.last_fit, sched.step_cost
-    fields: dict[str, Any] = {
-        f"step_{f.name}": float(getattr(fit, f.name)) for f in dataclasses.fields(fit)
-    }
-    allowance = sched.last_allowance
-    fields.update(
-        step_measured_s=model.last_step_s,
-        step_predicted_s=model.last_predicted_s,
-        step_target_s=allowance.target_s if allowance is not None else 0.0,
-        tpot_targets=format_tpot_targets(sched.config.tpot_target_ms),
+def step_cost_report(sched: Scheduler) -> StepCostReport:
+    """What ``paternoster top`` shows of the step-cost model (``WorkerInfo.step_cost``)."""
+    fit, model, allowance = sched.step_cost.last_fit, sched.step_cost, sched.last_allowance
+    return StepCostReport(
+        **{f.name: float(getattr(fit, f.name)) for f in dataclasses.fields(fit)},
+        measured_s=model.last_step_s,
+        predicted_s=model.last_predicted_s,
+        target_s=allowance.target_s if allowance is not None else 0.0,
+        targets=format_tpot_targets(sched.config.tpot_target_ms),
     )
-    return fields
