@@ -34,6 +34,30 @@ def test_read_tensors_matches_the_gguf_package() -> None:
         assert np.array_equal(mine.data.reshape(-1), raw)
 
 
+@pytest.mark.parametrize("with_kernels", [True, False])
+def test_quant_linear_agrees_with_the_reference_on_every_path(with_kernels: bool) -> None:
+    import gguf
+
+    from kernels import cpu_ops
+    from kernels import quant_reference as qr
+
+    w = torch.randn(70, 96)
+    blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
+    q, scale = qr.quantize_int8(w)
+    bias = torch.randn(70)
+    for weight in (quant.QuantWeight(blocks, qr.Q4_1.type_id), quant.QuantWeight(q, None, scale)):
+        quant.attach(weight, cpu_ops.load() if with_kernels else None)
+        linear = quant.QuantLinear(weight, bias)
+        for rows in (1, 5, quant.GEMM_MIN_ROWS - 1, quant.GEMM_MIN_ROWS, 130):  # both sides
+            x = torch.randn(rows, 96)
+            expected = x @ weight.dequantize().T + bias
+            torch.testing.assert_close(linear(x), expected, rtol=1e-4, atol=1e-4)
+        ids = torch.tensor([[0, 69], [3, 3]])
+        assert torch.equal(
+            quant.QuantEmbedding(weight, torch.float32)(ids)[1, 0], weight.dequantize()[3]
+        )
+
+
 def test_gguf_keeps_the_bundled_files_blocks() -> None:
     model_dir = resolve_model_dir(None)
     fp32: Any = load_model(model_dir, torch.float32, CPU)

@@ -25,6 +25,10 @@ from kernels import quant_reference as qr
 # EPYC), gguf_linear / dequantize + oneDNN: 16 rows 48.3 / 121.4, 32 rows 83.8 / 140.5,
 # 64 rows 163.0 / 143.9, 128 rows 323.9 / 222.4, 256 rows 654.6 / 319.0.
 GEMM_MIN_ROWS = 64
+# Largest weight (as fp32) that path dequantizes: past glibc's 32 MiB mmap threshold each call's
+# buffer is a fresh mapping, page-faulted in. The tied Q8_0 head (49,152 x 576, 113 MB as fp32)
+# took 129 ms that way at 64 rows where `gguf_linear` took 41 (204 / 221 ms at 256 rows).
+GEMM_MAX_BYTES = 32 << 20
 
 
 class QuantWeight(nn.Module):
@@ -75,7 +79,11 @@ class QuantWeight(nn.Module):
         if ops is None:
             w = self.dequantize()
             return torch.nn.functional.linear(x, w, bias)
-        if x.shape[0] >= GEMM_MIN_ROWS and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        if (
+            x.shape[0] >= GEMM_MIN_ROWS
+            and self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        ):
             # Transient: one weight's fp32 (7 MB at most for SmolLM2) for this call only.
             packed = torch.ops.mkldnn._reorder_linear_weight(self.dequantize(), None)
             return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
