@@ -204,3 +204,9 @@ def test_the_window_is_a_share_of_the_fleets_slots(
     # A quarter of 8 + 24 slots; no live worker: one job at a time; 128 slots: the cap of 20.
     run(redis_url, key_prefix, scenario, rows(40), slots=slots, batch_slot_share=0.25,
         batch_window=20)  # fmt: skip
+
+
+@pytest.mark.parametrize("share", [0.0, -0.5, 1.5])
+def test_a_share_out_of_range_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="batch_slot_share"):
+        GatewayConfig(batch_slot_share=share)
