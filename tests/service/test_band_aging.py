@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
 from producer.keys import Keys
+from tests.service.conftest import tiny_engine
 from worker.service.bands import BandReader, entry_ms
+from worker.service.build import build_worker
 from worker.service.config import WorkerConfig
 from worker.service.slots import Slots
 
@@ -135,3 +138,11 @@ def test_round_trips_per_read_are_bounded(
     assert trips() == 3  # two: the heads' XRANGE too
     assert trips() == (2 if lag else 3)  # the batch entry now, the only band left
     assert trips() == (2 if lag else 3)  # all empty: then one blocking read of them all
+
+
+def test_the_worker_reads_bands_at_the_engines_aging_rate(
+    tiny_model_dir: Path, redis_url: str, keys: Keys
+) -> None:
+    engine = tiny_engine(tiny_model_dir)
+    worker = build_worker(engine, redis_url, WorkerConfig(prefix=keys.prefix))
+    assert worker.intake.reader.aging_per_s == engine.config.scheduler.aging_per_s > 0

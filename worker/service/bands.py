@@ -61,6 +61,10 @@ class BandReader:
         self._reserve = config.reserve(slots.capacity)
         self._aging_per_s = aging_per_s  # the engine's (SchedulerConfig); 0: strict order
 
+    @property
+    def aging_per_s(self) -> float:
+        return self._aging_per_s
+
     def ensure_group(self) -> None:
         """Create the consumer group (and the stream) if missing, and this worker's consumer in
         it, so ``XINFO CONSUMERS`` lists the worker before its first job (a blocking
