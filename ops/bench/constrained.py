@@ -12,8 +12,8 @@ Three parts, each on the bundled SmolLM2-135M on the CPU:
 - ``compile``: parse + compile time of each of the ten schemas of ``openai_structured.py``
   (nested objects, arrays with min/max items, enums, required and optional fields, number
   ranges, string patterns) for the model's vocabulary, fresh each time; median of 3.
-- ``validity``: each schema x ``--seeds`` seeds at ``--temperature``, as one batch: how many
-  outputs parse and validate (``jsonschema``), and their finish reasons.
+- ``validity``: each schema x ``--seeds`` seeds at ``--temperature``, ``--seed-chunk`` seeds a
+  batch: how many outputs parse and validate (``jsonschema``), and their finish reasons.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import jsonschema
 
 from ops.bench.common import args_record, environment, write_report
-from ops.bench.openai_structured import SCHEMAS, ask
+from ops.bench.openai_structured import DEFAULT_MAX_TOKENS, SCHEMAS, ask
 from producer.constraints import JsonSchemaConstraint
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
@@ -158,41 +158,43 @@ def compile_times(engine: LLMEngine) -> dict[str, float]:
 
 
 def validity(engine: LLMEngine, args: argparse.Namespace) -> dict[str, Any]:
-    prompts, params, schemas = [], [], []
-    for model in SCHEMAS:
-        schema = model.model_json_schema()
-        for seed in range(args.seeds):
-            prompts.append(ask(model))
-            structure = JsonSchemaConstraint(schema=schema)
-            params.append(
-                SamplingParams(
-                    temperature=args.temperature,
-                    seed=seed,
-                    max_tokens=args.max_tokens,
-                    structure=structure,
-                )
-            )
-            schemas.append((model.__name__, schema))
-    start = time.perf_counter()
-    done = engine.generate(prompts, params)
-    wall = time.perf_counter() - start
+    """Each schema x seed, ``--seed-chunk`` seeds of all ten schemas per batch, printing the
+    running count after each batch (a run stopped early says how far it got)."""
     per_schema: dict[str, int] = Counter()
-    failures = []
-    for (name, schema), c in zip(schemas, done, strict=True):
-        try:
-            jsonschema.validate(json.loads(c.text), schema)
-            per_schema[name] += 1
-        except (ValueError, jsonschema.ValidationError) as exc:
-            failures.append({"schema": name, "finish": str(c.finish_reason), "text": c.text,
-                             "error": str(exc)[:200]})  # fmt: skip
-    valid = sum(per_schema.values())
-    print(f"valid {valid}/{len(done)} in {wall:.1f} s", flush=True)
+    reasons: Counter[str] = Counter()
+    failures: list[dict[str, str]] = []
+    start = time.perf_counter()
+    for first in range(0, args.seeds, args.seed_chunk):
+        seeds = range(first, min(first + args.seed_chunk, args.seeds))
+        cases = [(model, seed) for model in SCHEMAS for seed in seeds]
+        params = [
+            SamplingParams(
+                temperature=args.temperature,
+                seed=seed,
+                max_tokens=args.max_tokens,
+                structure=JsonSchemaConstraint(schema=model.model_json_schema()),
+            )
+            for model, seed in cases
+        ]
+        done = engine.generate([ask(model) for model, _ in cases], params)
+        for (model, _), c in zip(cases, done, strict=True):
+            reasons[str(c.finish_reason)] += 1
+            try:
+                jsonschema.validate(json.loads(c.text), model.model_json_schema())
+                per_schema[model.__name__] += 1
+            except (ValueError, jsonschema.ValidationError) as exc:
+                failures.append({"schema": model.__name__, "finish": str(c.finish_reason),
+                                 "text": c.text, "error": str(exc)[:200]})  # fmt: skip
+        total, wall = sum(reasons.values()), time.perf_counter() - start
+        valid = sum(per_schema.values())
+        print(f"seeds < {seeds[-1] + 1}: valid {valid}/{total}, {dict(reasons)}, {wall:.0f} s, "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     return {
-        "valid": valid,
-        "total": len(done),
+        "valid": sum(per_schema.values()),
+        "total": sum(reasons.values()),
         "per_schema": dict(per_schema),
-        "finish_reasons": dict(Counter(str(c.finish_reason) for c in done)),
-        "wall_s": round(wall, 1),
+        "finish_reasons": dict(reasons),
+        "wall_s": round(time.perf_counter() - start, 1),
         "failures": failures,
     }
 
@@ -206,8 +208,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--cost-tokens", type=int, default=48)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--seed-chunk", type=int, default=5, help="seeds per batch (x10 schemas)")
     p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--max-tokens", type=int, default=200)
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=None)
     return p.parse_args(argv)
