@@ -94,6 +94,16 @@ def test_equal_wait_reads_the_more_urgent_band(client: redis.Redis, keys: Keys) 
     assert [e.stream for e in first] == [keys.band("default")]
 
 
+def test_an_aged_head_that_overtakes_is_read_alone(client: redis.Redis, keys: Keys) -> None:
+    old_batch = add(client, keys, "batch", 60.0)
+    fresh_batch = [add(client, keys, "batch", 0.5 - i / 10) for i in range(3)]
+    chat = add(client, keys, "interactive")
+    band_reader = reader(client, keys, RATE_PER_S)
+    assert [e.entry_id for e in band_reader.read(4)] == [old_batch]  # not the fresh ones
+    assert [e.entry_id for e in band_reader.read(4)] == [chat]
+    assert [e.entry_id for e in band_reader.read(4)] == fresh_batch  # nothing else: all of them
+
+
 def test_the_urgent_reserve_stays_interactive(client: redis.Redis, keys: Keys) -> None:
     add(client, keys, "batch", 1000.0)  # far more urgent, aged, than any chat
     slots = Slots(8)  # the reserve: 8 // 8 = 1 slot

@@ -79,16 +79,23 @@ class BandReader:
 
     def read(self, count: int) -> list[Entry]:
         """Up to ``count`` entries of one band: the most urgent band (with aging, the band of
-        the most urgent aged head) that has any. Only the interactive band may use the
-        reserved slots."""
+        the most urgent aged head; that head alone when it goes before a more urgent band)
+        that has any. Only the interactive band may use the reserved slots."""
         free = self._slots.capacity - self._slots.in_use  # besides the ``count`` held here
         room = min(count, count + free - self._reserve)  # for the other bands
         urgent, *others = self.keys.job_streams
         streams = [urgent, *(others if room > 0 else [])]
+        overtakes = False
         if self._aging_per_s > 0:
             streams = self.aged_order(streams)
-        for stream in streams:
-            entries = self._xreadgroup([stream], count if stream == urgent else room, None)
+            # An aged head ahead of a more urgent band's: read it alone, as the entries behind
+            # it may not have aged as far.
+            overtakes = bool(streams) and streams[0] != min(
+                streams, key=self.keys.job_streams.index
+            )
+        for i, stream in enumerate(streams):
+            n = 1 if overtakes and i == 0 else count if stream == urgent else room
+            entries = self._xreadgroup([stream], n, None)
             if entries:
                 return entries
         # All empty: wait on them together. XREADGROUP's COUNT is per stream, so wait on no
