@@ -80,3 +80,21 @@ def test_constrained_jobs_through_redis_match_their_constraint(
         choices = choice_job.result(timeout_s=60).choices
         assert choices and all(c.text in ("left", "right") for c in choices)
         assert re.fullmatch("[a-z]{3}[0-9]{2}", regex_job.result(timeout_s=60).text)
+
+
+def test_a_schema_that_parses_but_does_not_compile_is_invalid_request_each_time(
+    engine: LLMEngine, redis_url: str, prefix: str
+) -> None:
+    # Valid JSON Schema whose pattern (a lookbehind) no grammar backend compiles: the intake's
+    # parse passes, the compile thread fails. The first job ends from the engine's gate, the
+    # second at add_request (the failure is cached): both are the caller's invalid_request.
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=x)a"}}}
+    with running_worker(engine, redis_url, prefix), Producer(redis_url, prefix=prefix) as p:
+        for _ in range(2):
+            handle = p.submit("hi", max_tokens=8, json_schema=schema)
+            with pytest.raises(JobFailed) as info:
+                handle.result(timeout_s=30)
+            assert info.value.code == "invalid_request", str(info.value)
+            assert "invalid sampling parameter structure: json_schema:" in str(info.value)
+            assert "the job failed" not in str(info.value)  # the worker's own failures say so
+        assert_serves_on(p)

@@ -2,8 +2,9 @@
 
 ``LLMEngine.add_request`` asks ``hold`` first: a request whose constraint is not compiled yet
 waits here (``wait_info``: ``compiling_grammar``), and each step's schedule first adds the ones
-whose compile is done. One whose compile failed ends with ``finish_reason`` error and the
-backend's message, as a step's failure does; an abort ends a held request like a queued one.
+whose compile is done. One whose compile failed ends with ``finish_reason`` error, the
+backend's message and ``error_type`` ``GrammarError`` (the caller's fault: the job service says
+``invalid_request``); an abort ends a held request like a queued one.
 """
 
 from __future__ import annotations
@@ -67,13 +68,13 @@ class ConstraintGate:
                 future.result()
                 add(request)
             except Exception as exc:  # the compile's GrammarError, or an admission check
-                outputs += _ends(request, FinishReason.ERROR, clean_message(exc))
+                outputs += _ends(request, FinishReason.ERROR, clean_message(exc), type(exc))
         return outputs
 
     def abort(self, request_id: str) -> list[RequestOutput] | None:
         """The abort outputs of a held request (one per choice); None if it is not held."""
         held = self._held.pop(request_id, None)
-        return None if held is None else _ends(held[0], FinishReason.ABORT, None)
+        return None if held is None else _ends(held[0], FinishReason.ABORT, None, None)
 
     def wait_info(self) -> dict[str, WaitInfo]:
         return {
@@ -82,8 +83,14 @@ class ConstraintGate:
         }
 
 
-def _ends(request: EngineRequest, reason: FinishReason, error: str | None) -> list[RequestOutput]:
-    """One finished output per choice of a request that never reached the scheduler."""
+def _ends(
+    request: EngineRequest,
+    reason: FinishReason,
+    error: str | None,
+    error_type: type[Exception] | None,
+) -> list[RequestOutput]:
+    """One finished output per choice of a request that never reached the scheduler;
+    ``error_type`` is the failure's class, which the job service maps to an error code."""
     return [
         RequestOutput(
             request_id=request.request_id,
@@ -95,6 +102,7 @@ def _ends(request: EngineRequest, reason: FinishReason, error: str | None) -> li
             num_output_tokens=len(request.resume[i]) if i < len(request.resume) else 0,
             index=i,
             error=error,
+            error_type=error_type,
         )
         for i in range(request.params.n)
     ]

@@ -27,6 +27,9 @@ class RequestOutput:
     index: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     error: str | None = None  # with finish_reason "error": what failed, for the caller
+    # With error: the exception's class when the request itself was at fault (a constraint that
+    # does not compile: grammar.GrammarError); None for a failure of the engine's own.
+    error_type: type[Exception] | None = None
 
     @classmethod
     def fast(cls, **values: Any) -> RequestOutput:

@@ -23,6 +23,7 @@ from worker.engine.llm_engine import InvalidRequestError, LLMEngine
 from worker.engine.outputs import RequestOutput
 from worker.service.cancels import CancelListener, EarlyCancels
 from worker.service.config import WorkerConfig
+from worker.service.error_codes import error_code
 from worker.service.inbox import Inbox
 from worker.service.intake import Intake
 from worker.service.jobs import ActiveJob, AdmittedJob
@@ -157,7 +158,9 @@ class JobWorker:
             if job is None:
                 continue
             if out.error is not None:  # it failed inside the step; the others in it go on
-                commands += job.fail(ErrorCode.INTERNAL.value, f"the job failed: {out.error}")
+                code = error_code(out.error_type)
+                why = f"the job failed: {out.error}" if code is ErrorCode.INTERNAL else out.error
+                commands += job.fail(code.value, why)
                 self._end(job, FinishReason.ERROR)
                 continue
             had_token = job.first_token_at is not None
@@ -238,8 +241,8 @@ class JobWorker:
         try:
             self.engine.add_request(job.request)
             return True
-        except InvalidRequestError as exc:  # intake checks the same: only a resume gets here
-            self.publisher.publish(active.fail(ErrorCode.INVALID_PROMPT.value, str(exc)))
+        except InvalidRequestError as exc:  # a resume, or a constraint that failed to compile
+            self.publisher.publish(active.fail(error_code(type(exc)).value, str(exc)))
         except Exception as exc:  # not this worker's process to end
             self._log.exception("job_admit_failed", job_id=job.job_id, error=repr(exc))
             message = f"could not start the job: {exc!r}"[:300]
