@@ -26,7 +26,7 @@ from worker.engine.outputs import Completion, RequestOutput
 from worker.engine.overlap import OverlapLoop, overlap_mode
 from worker.engine.prefix_cache import PrefixCacheStats
 from worker.engine.prompt import InvalidRequestError, PromptTooLongError, encode_prompt
-from worker.engine.request_state import RequestState
+from worker.engine.request_state import RequestState, sampling_rows
 from worker.engine.sampler import Sampler, TokenLogprobs
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
@@ -147,9 +147,10 @@ class LLMEngine:
             priority=request.priority,
             tenant=request.tenant,
         )
-        state = RequestState(seq, IncrementalDetokenizer(self.tokenizer, ids, params))
+        detokenizer = IncrementalDetokenizer(self.tokenizer, ids, params)
+        state = RequestState(seq, detokenizer, self.eos_token_ids, self.max_model_len)
         resumed = request.resume[index] if index < len(request.resume) else ()
-        done = state.resume(resumed, self.eos_token_ids, self.max_model_len) if resumed else None
+        done = state.resume(resumed) if resumed else None
         if done is not None:
             seq.status, seq.finish_reason = SequenceStatus.FINISHED, done
             self._aborted.append(state.output((), state.detokenizer.finish(), (), done))
@@ -197,8 +198,8 @@ class LLMEngine:
         states = [self._states[sid] for sid in result.seq_ids]
         self.scheduler.update(decision)
         if states:
-            requests = [s.sampling_request() for s in states]
-            sampled, bad_rows = sample_contained(self.sampler, result.logits, requests)
+            rows = sampling_rows(states)
+            sampled, bad_rows = sample_contained(self.sampler, result.logits, rows)
             failed |= {states[row].seq.seq_id: why for row, why in bad_rows.items()}
             append = self._append
             for state, token, lps in zip(states, sampled.token_ids, sampled.logprobs, strict=True):
@@ -228,7 +229,7 @@ class LLMEngine:
         and the request in ``failed``, if that raised."""
         add = state.emit if appended else state.append
         try:
-            out, reason = add(token, logprobs, self.eos_token_ids, self.max_model_len)
+            out, reason = add(token, logprobs)
         except Exception as exc:  # e.g. the detokenizer on one request: that request only
             failed[state.seq.seq_id] = describe(exc)
             return None

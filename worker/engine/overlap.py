@@ -32,7 +32,7 @@ import torch
 
 from worker.engine.config import EngineConfig
 from worker.engine.outputs import RequestOutput
-from worker.engine.request_state import RequestState
+from worker.engine.request_state import RequestState, sampling_rows
 from worker.engine.sampler import TokenLogprobs
 from worker.engine.step_faults import Failures
 from worker.engine.step_launch import InFlight, StepLauncher, StepResult
@@ -77,12 +77,11 @@ class OverlapLoop:
             outputs += self._resolve(done, deferred)
         decision = e._schedule()
         if not decision.is_empty:
-            requests = {
-                item.seq_id: e._states[item.seq_id].sampling_request()
-                for item in decision.scheduled
-                if item.samples
-            }
-            self._pending = self.launcher.launch(decision, requests)
+            states = e._states
+            sampling = [states[item.seq_id] for item in decision.scheduled if item.samples]
+            rows = sampling_rows(sampling)  # taken now: the states change while it computes
+            requests = dict(zip([s.seq.seq_id for s in sampling], rows, strict=True))
+            self._pending = self.launcher.launch(decision, requests, rows.flags)
             e.scheduler.update(decision)
         failed: Failures = {}
         append, live = e._append, e._states
@@ -105,7 +104,7 @@ class OverlapLoop:
             if state is None or seq_id in failed:
                 continue  # aborted, finished or failed since launch: its token is dropped
             state.seq.append_token(token)
-            if state.ends_whatever_text(e.eos_token_ids, e.max_model_len):
+            if state.ends_whatever_text():
                 out = e._append(state, token, lps, failed, appended=True)
                 if out is not None:
                     outputs.append(out)

@@ -2,80 +2,87 @@
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Iterable, Set
 
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.outputs import RequestOutput
-from worker.engine.sampler import SamplingRequest, TokenLogprobs
+from worker.engine.sampler import TokenLogprobs
+from worker.engine.sampling_rows import SamplingRequest, SamplingRows, row_flags
 from worker.engine.sequence import FinishReason, Sequence
 
 
 class RequestState:
-    def __init__(self, seq: Sequence, detokenizer: IncrementalDetokenizer) -> None:
+    """One choice's stop checks and text, with what they read of its params worked out once
+    (at batch 256 the per-token checks read six params fields and two properties per row)."""
+
+    def __init__(
+        self,
+        seq: Sequence,
+        detokenizer: IncrementalDetokenizer,
+        eos_token_ids: Set[int],
+        max_model_len: int,
+    ) -> None:
         self.seq = seq
         self.detokenizer = detokenizer
+        params = seq.params
+        self.flags = row_flags(params)  # the sampler's passes this choice needs (`sampling_rows`)
+        eos = () if params.ignore_eos else eos_token_ids
+        self._stop_ids = frozenset((*params.stop_token_ids, *eos))  # ids that end it ...
+        self._min_tokens = params.min_tokens  # ... once this many are out
+        # num_tokens at which it ends by length: max_tokens out, or the model's length.
+        self._end_len = min(seq.num_prompt_tokens + params.max_tokens, max_model_len)
 
     def sampling_request(self) -> SamplingRequest:
         """What the sampler needs of this choice for its next token."""
-        return SamplingRequest(self.seq.params, self.seq.num_output_tokens, self.seq)
+        seq = self.seq
+        return SamplingRequest(seq.params, len(seq.token_ids) - seq.num_prompt_tokens, seq)
 
     def append(
-        self,
-        token_id: int,
-        logprobs: TokenLogprobs | None,
-        eos_token_ids: Set[int],
-        max_model_len: int,
+        self, token_id: int, logprobs: TokenLogprobs | None
     ) -> tuple[RequestOutput, FinishReason | None]:
         """Add a sampled token, decide whether the request stops, and say what to stream."""
-        self.seq.append_token(token_id)
-        return self.emit(token_id, logprobs, eos_token_ids, max_model_len)
+        self.seq.token_ids.append(token_id)
+        return self.emit(token_id, logprobs)
 
     def emit(
-        self,
-        token_id: int,
-        logprobs: TokenLogprobs | None,
-        eos_token_ids: Set[int],
-        max_model_len: int,
+        self, token_id: int, logprobs: TokenLogprobs | None
     ) -> tuple[RequestOutput, FinishReason | None]:
         """The half of `append` after the token joined the sequence: stop checks, its text.
         The overlapped loop (`overlap.py`) runs it while the next step computes."""
         reason: FinishReason | None = None
-        if self._stops_on(token_id, eos_token_ids):
+        seq = self.seq
+        if token_id in self._stop_ids and seq.num_output_tokens >= self._min_tokens:
             # As in vLLM: the stopping token is kept in token_ids but adds no text.
             reason = FinishReason.STOP
             delta = ""
         else:
-            delta = self.detokenizer.add_tokens([token_id])
-            if self.detokenizer.stop_string is not None:
+            detokenizer = self.detokenizer
+            delta = detokenizer.add_tokens((token_id,))
+            if detokenizer.stop_string is not None:
                 reason = FinishReason.STOP_STRING
-            elif self._at_length(max_model_len):
+            elif len(seq.token_ids) >= self._end_len:
                 reason = FinishReason.LENGTH
         if reason is not None:
             delta += self.detokenizer.finish()
         lps = (logprobs,) if logprobs is not None else ()
         return self.output((token_id,), delta, lps, reason), reason
 
-    def ends_whatever_text(self, eos_token_ids: Set[int], max_model_len: int) -> bool:
+    def ends_whatever_text(self) -> bool:
         """Whether the token just appended ends the choice by its id or the length alone: what
         the next step's schedule must know; only a stop string needs the text."""
-        last = self.seq.token_ids[-1]
-        return self._stops_on(last, eos_token_ids) or self._at_length(max_model_len)
+        token_ids = self.seq.token_ids
+        return self._stops_on(token_ids[-1]) or len(token_ids) >= self._end_len
 
-    def _stops_on(self, token_id: int, eos_token_ids: Set[int]) -> bool:
+    def _stops_on(self, token_id: int) -> bool:
         """A stop token or EOS, once ``min_tokens`` are out (the sequence holds ``token_id``)."""
-        params = self.seq.params
-        stops = token_id in params.stop_token_ids or (
-            token_id in eos_token_ids and not params.ignore_eos
-        )
-        return stops and self.seq.num_output_tokens >= params.min_tokens
-
-    def _at_length(self, max_model_len: int) -> bool:
         seq = self.seq
-        return seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= max_model_len
+        out = len(seq.token_ids) - seq.num_prompt_tokens
+        return token_id in self._stop_ids and out >= self._min_tokens
 
-    def resume(
-        self, token_ids: tuple[int, ...], eos_token_ids: Set[int], max_model_len: int
-    ) -> FinishReason | None:
+    def _at_length(self) -> bool:
+        return len(self.seq.token_ids) >= self._end_len
+
+    def resume(self, token_ids: tuple[int, ...]) -> FinishReason | None:
         """Take output tokens a previous run already produced (and streamed), one at a time as
         that run did, so the text already streamed is accounted for exactly; return the finish
         reason if they already ended the choice (the run died before saying so)."""
@@ -84,11 +91,11 @@ class RequestState:
             seq.append_token(token_id)
             if self.detokenizer.stop_string is None:
                 self.detokenizer.add_tokens([token_id])
-        if self._stops_on(token_ids[-1], eos_token_ids):
+        if self._stops_on(token_ids[-1]):
             return FinishReason.STOP
         if self.detokenizer.stop_string is not None:
             return FinishReason.STOP_STRING
-        if self._at_length(max_model_len):
+        if self._at_length():
             return FinishReason.LENGTH
         return None
 
@@ -112,3 +119,16 @@ class RequestState:
             index=seq.index,
             num_cached_tokens=seq.num_cached_tokens,
         )
+
+
+def sampling_rows(states: Iterable[RequestState]) -> SamplingRows:
+    """The sampling requests of ``states`` in order, with their flags joined: one pass."""
+    rows = SamplingRows()
+    add = rows.append
+    flags = 0
+    for state in states:
+        seq = state.seq
+        add(SamplingRequest(seq.params, len(seq.token_ids) - seq.num_prompt_tokens, seq))
+        flags |= state.flags
+    rows.flags = flags
+    return rows

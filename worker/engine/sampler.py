@@ -22,24 +22,20 @@ from worker.engine.grammar_compiles import GrammarCompiles
 from worker.engine.logits_rows import RowProcessors
 from worker.engine.penalties import undo
 from worker.engine.sampling_ops import apply_min_p_top_k, apply_top_p, argmax_rows
-from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
-from worker.engine.sequence import Sequence as Seq
+from worker.engine.sampling_params import InvalidSamplingParams
+from worker.engine.sampling_rows import (
+    GREEDY_TEMPERATURE,
+    LOGPROBS,
+    MIN_TOKENS,
+    PROCESSED,
+    RANDOM,
+    SamplingRequest,
+    flags_of,
+)
 
-# Temperatures below this are greedy, as in vLLM: dividing logits by ~1e-6 overflows nothing in
-# float32 but makes the softmax a one-hot anyway, and argmax is cheaper.
-_GREEDY_TEMPERATURE = 1e-5
 _MASK64 = (1 << 64) - 1
 _apply_top_p = apply_top_p  # its tests import it from here
-
-
-@dataclass(frozen=True)
-class SamplingRequest:
-    """One row of the logits batch."""
-
-    params: SamplingParams
-    output_index: int  # tokens this request has generated so far (the one sampled now is this +1)
-    # Its sequence: a constraint's matcher and the penalties' counts follow its tokens.
-    seq: Seq | None = None
+__all__ = ["Sampler", "SamplerOutput", "SamplingRequest", "TokenLogprobs", "choice_seed"]
 
 
 @dataclass(frozen=True)
@@ -111,10 +107,13 @@ class Sampler:
         overlapped loop copies them to the host once, while the next step is prepared."""
         if logits.dim() != 2 or logits.shape[0] != len(requests):
             raise ValueError(f"logits {tuple(logits.shape)} do not match {len(requests)} requests")
-        changes = self.rows.process(logits, requests)
-        held = self._mask_min_tokens(logits, requests, changes.forced_stop if changes else ())
+        flags = flags_of(requests)  # the passes no row needs are skipped
+        changes = self.rows.process(logits, requests) if flags & PROCESSED else None
+        held = None
+        if flags & MIN_TOKENS:
+            held = self._mask_min_tokens(logits, requests, changes.forced_stop if changes else ())
         try:
-            return self._pick(logits, requests)
+            return self._pick(logits, requests) if flags & RANDOM else argmax_rows(logits)
         finally:
             if held is not None:
                 logits.index_put_(held[0], held[1])
@@ -130,7 +129,7 @@ class Sampler:
 
     def _pick(self, logits: torch.Tensor, requests: Sequence[SamplingRequest]) -> torch.Tensor:
         """One token id per row, (N,)."""
-        greedy = [r.params.temperature < _GREEDY_TEMPERATURE for r in requests]
+        greedy = [r.params.temperature < GREEDY_TEMPERATURE for r in requests]
         if all(greedy):
             return argmax_rows(logits)
         n, dev = len(requests), logits.device
@@ -237,6 +236,8 @@ def _logprobs(
 ) -> list[TokenLogprobs | None]:
     """Sampled and top-N logprobs from log_softmax of the raw logits (vLLM's default)."""
     out: list[TokenLogprobs | None] = [None] * len(requests)
+    if not flags_of(requests) & LOGPROBS:
+        return out
     rows = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
     if not rows:
         return out

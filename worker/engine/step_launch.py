@@ -26,6 +26,7 @@ import torch
 
 from worker.engine.model_runner import ModelRunner, RunnerOutput
 from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs
+from worker.engine.sampling_rows import ALL, LOGPROBS, SamplingRows, flags_of
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.step_faults import Failures, run_contained, sample_contained
 
@@ -72,7 +73,7 @@ class InFlight:
             self._ready.synchronize()
         token_ids = ids.tolist()
         logprobs: list[TokenLogprobs | None] = [None] * len(token_ids)
-        if self._logits is not None and any(r.params.logprobs is not None for r in self._requests):
+        if self._logits is not None and flags_of(self._requests) & LOGPROBS:
             # Read here, before the next step is launched: a read after it would wait for it.
             logprobs = Sampler.logprobs(self._logits, token_ids, self._requests)
         return StepResult(self._seq_ids, token_ids, logprobs, self._failed)
@@ -100,14 +101,15 @@ class StepLauncher:
             sys.setswitchinterval(min(sys.getswitchinterval(), THREAD_SWITCH_INTERVAL_S))
 
     def launch(
-        self, decision: SchedulerOutput, requests: Mapping[int, SamplingRequest]
+        self, decision: SchedulerOutput, requests: Mapping[int, SamplingRequest], flags: int = ALL
     ) -> InFlight:
         """Start ``decision``; ``requests``: the sampling request of each sequence that samples
-        in it, taken before the launch (the caller changes its states meanwhile)."""
+        in it, taken before the launch (the caller changes its states meanwhile); ``flags``:
+        their `sampling_rows` flags joined."""
         if self._pool is not None:
-            return InFlight((), self._pool.submit(self._compute, decision, requests))
+            return InFlight((), self._pool.submit(self._compute, decision, requests, flags))
         result, failed = run_contained(self.runner, decision)
-        rows = [requests[sid] for sid in result.seq_ids]
+        rows = _rows(requests, result.seq_ids, flags)
         if rows:
             try:
                 ids = self.sampler.sample_ids(result.logits, rows)
@@ -117,11 +119,11 @@ class StepLauncher:
         return InFlight(result.seq_ids, self._sample(result, failed, rows))
 
     def _compute(
-        self, decision: SchedulerOutput, requests: Mapping[int, SamplingRequest]
+        self, decision: SchedulerOutput, requests: Mapping[int, SamplingRequest], flags: int
     ) -> StepResult:
         """The whole step, as the plain loop runs it (on the background thread)."""
         result, failed = run_contained(self.runner, decision)
-        return self._sample(result, failed, [requests[sid] for sid in result.seq_ids])
+        return self._sample(result, failed, _rows(requests, result.seq_ids, flags))
 
     def _sample(
         self, result: RunnerOutput, failed: Failures, rows: list[SamplingRequest]
@@ -132,3 +134,13 @@ class StepLauncher:
         sampled, bad_rows = sample_contained(self.sampler, result.logits, rows)
         failed |= {result.seq_ids[row]: why for row, why in bad_rows.items()}
         return StepResult(result.seq_ids, sampled.token_ids, sampled.logprobs, failed)
+
+
+def _rows(
+    requests: Mapping[int, SamplingRequest], seq_ids: tuple[int, ...], flags: int
+) -> SamplingRows:
+    """The requests of the rows ``seq_ids`` in order, with ``flags``: the runner keeps every
+    sampling row of the decision (a failed sequence only drops rows, never adds one)."""
+    rows = SamplingRows([requests[sid] for sid in seq_ids])
+    rows.flags = flags
+    return rows
