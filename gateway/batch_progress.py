@@ -27,7 +27,10 @@ from producer.errors import JobEnded, JobTimeout, Overloaded
 from producer.keys import Keys
 from producer.protocol import JobState
 
-RESULT_READ_S = 10.0  # reading a finished job's events: they are all there already
+RESULT_READ_S = 10.0
+# Results read at once when collecting: each read holds a pooled connection, and a window on
+# a large fleet can see hundreds of jobs end in one poll.
+RESULT_READS_AT_ONCE = 32  # reading a finished job's events: they are all there already
 # What an in-flight line says when its job vanished from Redis (lost with its data).
 JOB_LOST = "job_lost"
 
@@ -141,9 +144,13 @@ class Driver:
         states = await pipe.execute()
         ended_now = {i: state is None for i, state in zip(indices, states, strict=True)
                 if state is None or JobState(state).terminal}  # fmt: skip
-        got = await asyncio.gather(
-            *(self._line(progress, i, lost, cancelled_code) for i, lost in ended_now.items())
-        )
+        pending = list(ended_now.items())
+        got: list[tuple[bool, str] | None] = []
+        for start in range(0, len(pending), RESULT_READS_AT_ONCE):
+            chunk = pending[start : start + RESULT_READS_AT_ONCE]
+            got += await asyncio.gather(
+                *(self._line(progress, i, lost, cancelled_code) for i, lost in chunk)
+            )
         for index, ended in zip(ended_now, got, strict=True):
             if ended is None:
                 continue  # its events are slow to read: the next poll
