@@ -23,6 +23,8 @@ from pydantic import (
 
 from producer.constraints import Structure
 from producer.keys import JOB_ID_PATTERN
+from producer.logprobs import TokenLogprob as TokenLogprob
+from producer.logprobs import TopLogprob as TopLogprob
 from producer.messages import ChatMessage as ChatMessage
 from producer.messages import Tools
 
@@ -181,18 +183,6 @@ class Timings(Frozen):
     queued_s: float  # submit -> a worker took the job
     ttft_s: float | None = None  # submit -> first token published (None: no token)
     total_s: float  # submit -> terminal event
-
-
-class TopLogprob(Frozen):
-    token_id: int
-    logprob: float
-
-
-class TokenLogprob(Frozen):
-    token_id: int
-    logprob: float
-    rank: int
-    top: tuple[TopLogprob, ...] = ()
 
 
 class _Event(Frozen):

@@ -22,8 +22,6 @@ from producer.protocol import (
     ExpiredEvent,
     Timings,
     TokenEvent,
-    TokenLogprob,
-    TopLogprob,
     Usage,
     event_fields,
 )
@@ -33,6 +31,7 @@ from worker.engine.engine_request import EngineRequest
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampler import TokenLogprobs
 from worker.service.publisher import Command, expire, hset, xack, xadd
+from worker.service.token_texts import TokenTexts, wire_logprobs
 
 # Progress goes to the status hash every this many tokens, not at every token event: it
 # halves the commands per token (2.8 -> ~1.8 on 16 jobs); the terminal write is exact.
@@ -71,6 +70,7 @@ class ChoiceStream:
     ids: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprobs] = field(default_factory=list)
+    texts: TokenTexts | None = None  # names logprob tokens by their text (None: by id only)
 
     def add(self, out: RequestOutput) -> None:
         self.ids.extend(out.new_token_ids)
@@ -83,17 +83,7 @@ class ChoiceStream:
             self.finish_reason = reason if reason is not None and reason.ends_done else None
 
     def take_event(self) -> TokenEvent:
-        logprobs = None
-        if self.logprobs:
-            logprobs = tuple(
-                TokenLogprob(
-                    token_id=lp.token_id,
-                    logprob=lp.logprob,
-                    rank=lp.rank,
-                    top=tuple(TopLogprob(token_id=t, logprob=v) for t, v in lp.top),
-                )
-                for lp in self.logprobs
-            )
+        logprobs = wire_logprobs(self.logprobs, self.texts) if self.logprobs else None
         event = TokenEvent(
             choice=self.choice,
             index=self.next_index,
@@ -120,9 +110,11 @@ class ActiveJob:
     outcome: JobState | None = None  # its final state once the terminal event is built
     num_preemptions: int = 0  # times the engine freed its KV to make room (it resumes)
     finish_reason: FinishReason | None = None
+    texts: TokenTexts | None = None  # the worker's, for the logprobs of a job that asks
 
     def __post_init__(self) -> None:
-        self.choices = [ChoiceStream(i) for i in range(self.job.request.params.n)]
+        n = self.job.request.params.n
+        self.choices = [ChoiceStream(i, texts=self.texts) for i in range(n)]
         for choice, tokens in zip(self.choices, self.job.request.resume, strict=False):
             choice.next_index = len(tokens)
         self.first_token_at = self.job.first_token_at

@@ -32,6 +32,7 @@ from worker.service.metrics import WorkerMetrics
 from worker.service.publisher import Command, Publisher, hset
 from worker.service.reporting import Reporter
 from worker.service.slots import Slots
+from worker.service.token_texts import TokenTexts
 
 
 @dataclass(eq=False)
@@ -55,6 +56,7 @@ class JobWorker:
         self.keys = Keys(self.config.prefix)
         self.active = self.inbox.active  # the jobs in the engine, by id
         self._early_cancels = EarlyCancels()
+        self._texts = TokenTexts(self.engine.tokenizer)  # logprob tokens' text, at first use
         self._aborts_pending = False  # the engine reports aborts at its next step: take one
         self._stop_at = 0.0
         # Every line this worker logs names it: several workers often share one log sink.
@@ -225,7 +227,11 @@ class JobWorker:
     def _admit(self) -> None:
         while (job := self.inbox.next_admitted()) is not None:
             active = ActiveJob(
-                job, self.keys, self.config.stream_interval, self.config.result_ttl_s
+                job,
+                self.keys,
+                self.config.stream_interval,
+                self.config.result_ttl_s,
+                texts=self._texts,
             )
             if self._early_cancels.pop(job.job_id):
                 self.publisher.publish(active.cancel())
