@@ -173,24 +173,34 @@ def check_tools(client: openai.OpenAI, args: argparse.Namespace, _: Any,
 Check = Callable[[openai.OpenAI, argparse.Namespace, Any, int], tuple[bool, str, str]]
 
 
-def run_mode(client: openai.OpenAI, args: argparse.Namespace, check: Check,
-             cases: list[tuple[Any, int]]) -> dict[str, Any]:  # fmt: skip
+MODES: dict[str, Check] = {"parse": check_parse, "plain_response_format": check_plain,
+                           "tool_choice_required": check_tools}  # fmt: skip
+
+
+def run_all(client: openai.OpenAI, args: argparse.Namespace) -> dict[str, Any]:
+    """Every mode's cases, seed by seed (a run stopped early has its first seeds whole): each
+    schema through ``parse`` and plain ``response_format``, and one ``tool_choice`` call."""
+    cases = [(mode, model, seed) for seed in range(args.seeds) for mode in MODES
+             for model in (SCHEMAS if mode != "tool_choice_required" else [None])]  # fmt: skip
     start = time.perf_counter()
 
-    def one(case: tuple[Any, int]) -> tuple[bool, str, str]:
-        result = check(client, args, case[0], case[1])
+    def one(case: tuple[str, Any, int]) -> tuple[str, bool, str, str]:
+        mode, model, seed = case
+        ok, reason, text = MODES[mode](client, args, model, seed)
         # A line per output as it ends: a run stopped early still says how far it got.
-        print(json.dumps({"check": check.__name__, "seed": case[1], "ok": result[0],
-                          "finish": result[1]}), flush=True)  # fmt: skip
-        return result
+        print(json.dumps({"mode": mode, "seed": seed, "ok": ok, "finish": reason}), flush=True)
+        return mode, ok, reason, text
 
     with ThreadPoolExecutor(args.concurrency) as pool:
         results = list(pool.map(one, cases))
-    reasons = Counter(r for _, r, _ in results)
-    failures = [text[:300] for ok, _, text in results if not ok][:5]
-    return {"total": len(results), "ok": sum(ok for ok, _, _ in results),
-            "finish_reasons": dict(reasons), "wall_s": round(time.perf_counter() - start, 1),
-            "failures": failures}  # fmt: skip
+    report: dict[str, Any] = {}
+    for mode in MODES:
+        mine = [(ok, reason, text) for m, ok, reason, text in results if m == mode]
+        report[mode] = {"total": len(mine), "ok": sum(ok for ok, _, _ in mine),
+                        "finish_reasons": dict(Counter(r for _, r, _ in mine)),
+                        "failures": [text[:300] for ok, _, text in mine if not ok][:5]}  # fmt: skip
+    report["wall_s"] = round(time.perf_counter() - start, 1)
+    return report
 
 
 def start(command: str, flags: list[str], url: str, log_dir: Path) -> subprocess.Popen[bytes]:
@@ -234,14 +244,10 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         wait_ready(base, work)
         client = openai.OpenAI(api_key="x", base_url=f"{base}/v1", max_retries=0, timeout=600)
-        cases = [(m, s) for m in SCHEMAS for s in range(args.seeds)]
-        seeds = [(None, s) for s in range(args.seeds)]
         report = {
             "args": vars(args) | {"out": str(args.out)},
             "schemas": [m.__name__ for m in SCHEMAS],
-            "parse": run_mode(client, args, check_parse, cases),
-            "plain_response_format": run_mode(client, args, check_plain, cases),
-            "tool_choice_required": run_mode(client, args, check_tools, seeds),
+            **run_all(client, args),
         }
         write_report(report, args.out)
         print(json.dumps(report, indent=2))
