@@ -1,34 +1,36 @@
 """Token logprobs in OpenAI's two shapes, from the ``logprobs`` of the job's token events.
 
-The gateway holds no tokenizer (it runs where torch does not), and a token event's text is
-the detokenizer's increment, not one token's spelling, so a token is named by its id:
-``"token_id:1234"``, the form vLLM's ``--return-tokens-as-token-ids`` uses, and ``bytes`` is
-null. Values are the engine's: log-softmax of the raw logits (before temperature, penalties and
-any structure mask), as vLLM reports them by default.
+Each token is named by its own text and ``bytes`` as the worker sends them
+(``producer.logprobs``: a token that is part of a character shows ``\\xNN`` escapes, its
+``bytes`` exact); from a worker that sends ids only, by ``"token_id:1234"`` (the form vLLM's
+``--return-tokens-as-token-ids`` uses) with ``bytes`` null. A completion's ``text_offset`` is
+where each token starts in the choice's text, in characters, across a stream's chunks. Values
+are the engine's: log-softmax of the logits after any structure mask, as vLLM reports them.
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
 from typing import Any
 
 from producer import AsyncProducer
-from producer.protocol import TokenEvent, TokenLogprob, is_terminal
+from producer.protocol import TokenEvent, TokenLogprob, TopLogprob, is_terminal
 
 
-def token_name(token_id: int) -> str:
-    return f"token_id:{token_id}"
+def token_name(lp: TopLogprob) -> str:
+    return lp.text if lp.text is not None else f"token_id:{lp.token_id}"
 
 
 def chat_logprobs(logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
     """A chat choice's (or chunk's) ``logprobs``: ``{"content": [...], "refusal": null}``."""
     content = [
         {
-            "token": token_name(lp.token_id),
+            "token": token_name(lp),
             "logprob": lp.logprob,
-            "bytes": None,
+            "bytes": lp.utf8_bytes(),
             "top_logprobs": [
-                {"token": token_name(t.token_id), "logprob": t.logprob, "bytes": None}
+                {"token": token_name(t), "logprob": t.logprob, "bytes": t.utf8_bytes()}
                 for t in lp.top
             ],
         }
@@ -37,15 +39,41 @@ def chat_logprobs(logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
     return {"content": content, "refusal": None}
 
 
-def completion_logprobs(logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
-    """A completion choice's ``logprobs``: parallel lists; ``text_offset`` is null (see the
-    module's note on token texts)."""
+def completion_logprobs(
+    logprobs: Sequence[TokenLogprob], text_offset: list[int] | None
+) -> dict[str, Any]:
+    """A completion choice's ``logprobs``: parallel lists (``TextOffsets`` the offsets)."""
     return {
-        "tokens": [token_name(lp.token_id) for lp in logprobs],
+        "tokens": [token_name(lp) for lp in logprobs],
         "token_logprobs": [lp.logprob for lp in logprobs],
-        "top_logprobs": [{token_name(t.token_id): t.logprob for t in lp.top} for lp in logprobs],
-        "text_offset": None,
+        "top_logprobs": [{token_name(t): t.logprob for t in lp.top} for lp in logprobs],
+        "text_offset": text_offset,
     }
+
+
+class TextOffsets:
+    """Where each token of each choice starts in its text, in characters, kept across calls
+    (one response's chunks): a token that ends mid-character starts the next one's offset
+    only once the character is whole."""
+
+    def __init__(self) -> None:
+        # By choice: the UTF-8 decoder of the bytes so far, and the characters it has made.
+        self._choices: dict[int, tuple[codecs.IncrementalDecoder, list[int]]] = {}
+
+    def next(self, choice: int, logprobs: Sequence[TokenLogprob]) -> list[int] | None:
+        """The offsets of ``logprobs``, the choice's next tokens; None if any lacks its bytes
+        (a worker that sends ids only)."""
+        decoder, chars = self._choices.setdefault(
+            choice, (codecs.getincrementaldecoder("utf-8")("replace"), [0])
+        )
+        offsets = []
+        for lp in logprobs:
+            raw = lp.utf8_bytes()
+            if raw is None:
+                return None
+            offsets.append(chars[0])
+            chars[0] += len(decoder.decode(bytes(raw)))
+        return offsets
 
 
 class LogprobsByChoice:

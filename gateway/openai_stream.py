@@ -18,7 +18,12 @@ from redis.exceptions import RedisError
 from gateway.errors import UNAVAILABLE_CODE, UNAVAILABLE_TYPE
 from gateway.events import SSE_PING, follow, json_line, sse
 from gateway.openai_chunks import ChunkWriter
-from gateway.openai_logprobs import LogprobsByChoice, chat_logprobs, completion_logprobs
+from gateway.openai_logprobs import (
+    LogprobsByChoice,
+    TextOffsets,
+    chat_logprobs,
+    completion_logprobs,
+)
 from gateway.openai_models import ChatCompletionRequest, OpenAIRequest
 from gateway.tool_calls import ToolMode, calls_reason, tool_calls_body
 from producer import AsyncProducer, JobResult, PaternosterError
@@ -50,6 +55,8 @@ class Shape:
     created: int = field(default_factory=lambda: int(time.time()))
     tools: ToolMode | None = None
     logprobs: bool = False
+    # The one mutable part: a completion's text offsets go on from chunk to chunk.
+    text_offsets: TextOffsets = field(default_factory=TextOffsets, compare=False)
 
     @classmethod
     def of(cls, body: OpenAIRequest, job_id: str, default_model: str) -> Shape:
@@ -69,10 +76,14 @@ class Shape:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "choices": choices}  # fmt: skip
 
-    def logprobs_body(self, logprobs: Sequence[TokenLogprob] | None) -> dict[str, Any] | None:
+    def logprobs_body(
+        self, index: int, logprobs: Sequence[TokenLogprob] | None
+    ) -> dict[str, Any] | None:
         if not self.logprobs or logprobs is None:
             return None
-        return chat_logprobs(logprobs) if self.chat else completion_logprobs(logprobs)
+        if self.chat:
+            return chat_logprobs(logprobs)
+        return completion_logprobs(logprobs, self.text_offsets.next(index, logprobs))
 
     def choice(
         self,
@@ -82,7 +93,7 @@ class Shape:
         logprobs: Sequence[TokenLogprob] | None = None,
     ) -> dict[str, Any]:
         """A choice: ``body`` its ``text``, ``message`` or ``delta``."""
-        return {"index": index, **body, "logprobs": self.logprobs_body(logprobs),
+        return {"index": index, **body, "logprobs": self.logprobs_body(index, logprobs),
                 "finish_reason": finish_reason(reason)}  # fmt: skip
 
     def message(self, text: str, reason: str | None) -> tuple[dict[str, Any], str | None]:

@@ -138,7 +138,9 @@ def test_logprobs_chat_and_completions(client: openai.OpenAI) -> None:
     whole = chat(client, max_tokens=5, logprobs=True, top_logprobs=2)
     content = whole.choices[0].logprobs.content
     assert len(content) == whole.usage.completion_tokens
-    assert all(t.token.startswith("token_id:") and len(t.top_logprobs) == 2 for t in content)
+    assert all(len(t.top_logprobs) == 2 for t in content)
+    assert "".join(t.token for t in content) == whole.choices[0].message.content  # own texts
+    assert all(t.bytes == list(t.token.encode()) for t in content)
     assert all(t.logprob <= 0 for t in content)
     chunks = list(chat(client, max_tokens=5, logprobs=True, stream=True,
                        stream_options={"include_usage": True}))  # fmt: skip
@@ -150,6 +152,8 @@ def test_logprobs_chat_and_completions(client: openai.OpenAI) -> None:
     logprobs = text.choices[0].logprobs
     assert logprobs is not None and text.usage is not None
     assert len(logprobs.tokens or ()) == text.usage.completion_tokens
+    tokens = logprobs.tokens or []
+    assert logprobs.text_offset == [len("".join(tokens[:i])) for i in range(len(tokens))]
     assert all(len(top) == 1 for top in logprobs.top_logprobs or ())
 
 
