@@ -4,8 +4,9 @@
   filled from its dequantized copy). HF's separate q/k/v and gate/up become our fused rows by
   concatenating whole rows of blocks, which is exact; llama.cpp stores q and k of Llama models
   with their rows permuted for its rotary layout, and a permutation of rows is exact too. Every
-  swapped weight is checked to dequantize to exactly the float weight it replaces, so no name
-  or row order can go wrong silently. Tensors in other types (F32, F16, k-quants) stay float.
+  swapped weight is checked to dequantize exactly to the float weight it replaces (on its first
+  128 and last 64 rows, `_same`), so no name or row order can go wrong silently. Tensors in
+  other types (F32, F16, k-quants) stay float.
 - ``int8``: per-channel symmetric int8 made from the float weights (any checkpoint).
 - ``auto``: ``gguf`` when the model is a GGUF holding blocks we run and the model runs in
   float32 on the CPU; else ``none``, the float weights as loaded (exact HF parity).
