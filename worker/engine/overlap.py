@@ -19,9 +19,11 @@ that count calls (a request's first token "on the next step") hold for the plain
 
 Not yet: step N+1 is scheduled after N's ids reached the host, so the device idles while the
 host resolves N and schedules and prepares N+1 (vLLM's async scheduling and SGLang's overlap
-scheduler schedule N+1 before, reading N's ids on the device). And on CUDA only all-greedy
-rows launch without a wait: the sampler makes its per-row tensors (temperatures, min-tokens
-masks) by synchronous host-to-device copies, which wait for the forward before N's text is made.
+scheduler schedule N+1 before, reading N's ids on the device). On CUDA the sampler's per-row
+tensors (temperatures, min-p, top-k, top-p, row and min-tokens indices) are copied from pinned
+memory without blocking (`sampling_ops.row_values`; not measured: no GPU at hand), but a step
+with top-p rows still waits for its forward (the nucleus check reads one flag back), and so do
+penalties and constraints (their values are copied from pageable memory).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import torch
 from worker.engine.grammar_compiles import GrammarCompiles
 from worker.engine.logits_rows import RowProcessors
 from worker.engine.penalties import undo
-from worker.engine.sampling_ops import apply_min_p_top_k, apply_top_p, argmax_rows
+from worker.engine.sampling_ops import apply_min_p_top_k, apply_top_p, argmax_rows, row_values
 from worker.engine.sampling_params import InvalidSamplingParams
 from worker.engine.sampling_rows import (
     GREEDY_TEMPERATURE,
@@ -144,9 +144,9 @@ class Sampler:
             token_ids = argmax_rows(logits)
         else:
             token_ids = torch.empty(n, dtype=torch.long, device=dev)
-            greedy_t = torch.tensor(greedy_rows, device=dev)
+            greedy_t = row_values(greedy_rows, dev)
             token_ids[greedy_t] = argmax_rows(logits[greedy_t])
-        rows_t = torch.tensor(rand_rows, device=dev)
+        rows_t = row_values(rand_rows, dev)
         rand_requests = [requests[i] for i in rand_rows]
         token_ids[rows_t] = self._sample_random(logits[rows_t], rand_requests, owned=True)
         return token_ids
@@ -179,7 +179,7 @@ class Sampler:
         if not rows:
             return None
         dev = logits.device
-        index = (torch.tensor(rows, device=dev), torch.tensor(cols, device=dev))
+        index = (row_values(rows, dev), row_values(cols, dev))
         held = logits[index]  # a copy: one value per (row, id), all distinct
         logits[index] = float("-inf")
         return index, held
@@ -190,7 +190,7 @@ class Sampler:
         """Temperature, min-p and top-k, top-p, then the exponential race; x (R, V), which may
         be changed in place if ``owned``."""
         params = [r.params for r in requests]
-        temps = torch.tensor([p.temperature for p in params], device=x.device)[:, None]
+        temps = row_values([p.temperature for p in params], x.device)[:, None]
         # (R, V) float32, a fresh tensor we may change in place. One we own already (a gathered
         # copy) is divided in place: an allocation fewer, ~0.05 ms a row of 49152 on 2 cores.
         y = x.float()

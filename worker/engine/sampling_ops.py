@@ -20,6 +20,17 @@ _TOP_P_CANDIDATES = 256
 _ARGMAX_CHUNK = 512
 
 
+def row_values(
+    values: Sequence[float] | Sequence[int], device: torch.device, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``torch.tensor(values, dtype, device)``, one value per row, without a wait on CUDA: made
+    in pinned host memory and copied without blocking (a copy from pageable memory waits for
+    the queued forward first, so the host could not run ahead). On the CPU the same path, the
+    copy a no-op."""
+    pinned = device.type == "cuda"
+    return torch.tensor(values, dtype=dtype, pin_memory=pinned).to(device, non_blocking=pinned)
+
+
 def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     """``x.argmax(dim=-1)`` for ``x`` (N, V): the first index of each row's maximum (NaN counts as
     the maximum, as in torch). torch's CPU argmax does not vectorise or split a row across
@@ -60,7 +71,7 @@ def _min_p_threshold(x: torch.Tensor, params: Sequence[SamplingParams]) -> torch
     """Per-row logit below which p < min_p * p_max, i.e. max + log(min_p); (R,) or None."""
     if all(p.min_p == 0.0 for p in params):
         return None
-    min_p = torch.tensor([p.min_p for p in params], device=x.device, dtype=x.dtype)
+    min_p = row_values([p.min_p for p in params], x.device, x.dtype)
     return x.amax(dim=-1) + min_p.log()  # log(0) = -inf keeps every token of rows without min-p
 
 
@@ -72,9 +83,9 @@ def _top_k_threshold(x: torch.Tensor, params: Sequence[SamplingParams]) -> torch
     if k_max == 0:
         return None
     values = x.topk(k_max, dim=-1, sorted=True).values  # (R, k_max); no full sort
-    k = torch.tensor([max(k, 1) for k in ks], device=x.device)
+    k = row_values([max(k, 1) for k in ks], x.device)
     threshold = values.gather(1, (k - 1)[:, None]).squeeze(1)
-    off = torch.tensor([k == 0 for k in ks], device=x.device)
+    off = row_values([k == 0 for k in ks], x.device)
     return threshold.masked_fill_(off, float("-inf"))
 
 
@@ -86,9 +97,9 @@ def apply_top_p(x: torch.Tensor, params: Sequence[SamplingParams]) -> None:
     rows = [i for i, p in enumerate(params) if p.top_p < 1.0]
     if not rows:
         return
-    rows_t = torch.tensor(rows, device=x.device)
+    rows_t = row_values(rows, x.device)
     sub = x if len(rows) == x.shape[0] else x[rows_t]  # (P, V)
-    top_p = torch.tensor([params[i].top_p for i in rows], device=x.device, dtype=x.dtype)
+    top_p = row_values([params[i].top_p for i in rows], x.device, x.dtype)
     # Softmax and cumsum reduce each row alone and in a fixed order (a plain sum does not: one row
     # is split across threads), so a seeded row's nucleus does not depend on the batch.
     probs = sub.softmax(dim=-1)
