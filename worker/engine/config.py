@@ -83,6 +83,10 @@ class SchedulerConfig:
     # Priority points a job gains per second in the engine (aging.py); 0: off. 0.2 puts a batch
     # job (10) before interactive jobs (-10) that arrive more than 100 s after it.
     aging_per_s: float = 0.2
+    # Consecutive steps that may leave less urgent running rows out so an interactive prompt
+    # gets its first token in a step of its own cost (first_token.py); 0: off. 2: two chats
+    # arriving together both get the lane, and batch decodes skip at most 2 steps in 3.
+    first_token_lane_steps: int = 2
 
     @cached_property  # read every step
     def tpot_targets_s(self) -> dict[str, float]:
@@ -103,6 +107,8 @@ class SchedulerConfig:
             raise InvalidConfigError("min_prefill_chunk_tokens must be >= 1")
         if self.aging_per_s < 0:
             raise InvalidConfigError("aging_per_s must be >= 0")
+        if self.first_token_lane_steps < 0:
+            raise InvalidConfigError("first_token_lane_steps must be >= 0")
         # Every running decode must fit in one step's budget, or decodes would stall.
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise InvalidConfigError("max_num_batched_tokens must be >= max_num_seqs")
@@ -225,5 +231,6 @@ class EngineConfig:
                 tpot_target_ms=parse_tpot_targets(args.tpot_target_ms),
                 min_prefill_chunk_tokens=args.min_prefill_chunk_tokens,
                 aging_per_s=args.aging_per_s,
+                first_token_lane_steps=args.first_token_lane_steps,
             ),
         )

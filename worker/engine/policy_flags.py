@@ -1,5 +1,5 @@
 """The scheduler policy's command-line flags, beside the defaults they show (``SchedulerConfig``'s):
-priority and preemption, tenant fair share, aging and per-band TPOT targets."""
+priority and preemption, tenant fair share, aging, per-band TPOT targets, the first-token lane."""
 
 from __future__ import annotations
 
@@ -45,4 +45,12 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=aging,
         help=f"priority points a waiting job gains per second (default {aging:g}; 0: off)",
+    )
+    lane = SchedulerConfig.first_token_lane_steps
+    g.add_argument(
+        "--first-token-lane-steps",
+        type=int,
+        default=lane,
+        help="consecutive steps that may leave batch rows out for an interactive job's first "
+        f"token (default {lane}; 0: off)",
     )

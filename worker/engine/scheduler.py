@@ -5,7 +5,8 @@ Running decodes go first (one token each) so a long prompt never stalls them; th
 sequences still prefilling get chunks; then waiting sequences are admitted in the wait queue's
 order: effective priority (lower is more urgent; it improves with age, ``aging``), then tenant
 fair share, then arrival. When running decodes have a TPOT target, prefill gets only what the
-step-cost model says the target leaves (``step_targets``, ``step_cost``).
+step-cost model says the target leaves (``step_targets``, ``step_cost``). A step that can give an
+interactive job its first token leaves less urgent running rows out (``first_token``).
 
 Preemption frees a running sequence's blocks and requeues it under its original arrival, so it
 keeps its place; it later recomputes and continues exactly where it stopped. The victim is the
@@ -27,6 +28,7 @@ from worker.engine.aging import Aging, Clock
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.fair_share import FairShare, capped_tenants
+from worker.engine.first_token import FirstTokenLane, delivers, in_lane
 from worker.engine.held_forks import HeldForks
 from worker.engine.preemption import victim as pick_victim
 from worker.engine.preemption import victims_for
@@ -52,6 +54,7 @@ class Scheduler:
         self.step_cost = StepCostModel()
         self._timer = StepTimer(self.step_cost)
         self.last_allowance: PrefillAllowance | None = None  # of the last step, if it had one
+        self.lane = FirstTokenLane(config.first_token_lane_steps)
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
         self.preemptions_by_reason: Counter[str] = Counter()
@@ -125,9 +128,11 @@ class Scheduler:
         self._timer.begin(self.aging.now, busy=bool(self.running))
         plan = StepPlan(self.config.max_num_batched_tokens)
         preempted: list[Sequence] = []
+        head = self.waiting.head(self._capped_tenants()) if self.waiting else None
+        rows, held = self.lane.split(self.running, head, plan.token_budget)
         # Decodes first: they cost one token each and set every user's time per output token.
-        decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
-        chunks = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        decodes = [s for s in rows if s.num_uncomputed_tokens == 1]
+        chunks = [s for s in rows if s.num_uncomputed_tokens > 1]
         cfg = self.config
         self.last_allowance = allowance = PrefillAllowance.for_step(
             decodes, cfg.tpot_targets_s, self.step_cost, cfg.min_prefill_chunk_tokens
@@ -138,7 +143,11 @@ class Scheduler:
         self._plan_running(decodes + chunks, plan, preempted, allowance, oldest)
         self._blocked = None
         if not preempted:
-            self._admit(plan, preempted, allowance)
+            self._admit(plan, preempted, allowance, lane_only=bool(held))
+        if held and not delivers(plan.tokens):  # no first token after all: the rows go too
+            self._plan_running(held, plan, preempted, allowance, None)
+            held = []
+        self.lane.record(bool(held))
         output = SchedulerOutput.build(plan.tokens.items(), preempted)
         self._timer.planned(output, self.aging.now)
         return output
@@ -199,13 +208,18 @@ class Scheduler:
         self.waiting.add(seq)  # under its original arrival: it keeps its place
 
     def _admit(
-        self, plan: StepPlan, preempted: list[Sequence], allowance: PrefillAllowance | None
+        self,
+        plan: StepPlan,
+        preempted: list[Sequence],
+        allowance: PrefillAllowance | None,
+        lane_only: bool,  # a first-token lane step: only the lane's band starts
     ) -> None:
         capped = self._capped_tenants()
         first = True  # the step's first admission may get a minimum chunk
         while (budget := plan.tokens_left) > 0:
             seq = self.waiting.head(capped)
-            if seq is None or seq in preempted:  # never restart a victim in the step it lost
+            # Never restart a victim in the step it lost; a lane step starts only the lane's band.
+            if seq is None or seq in preempted or (lane_only and not in_lane(seq)):
                 return
             hit = self.block_manager.lookup(seq)  # its tokens need no computing
             num_new = min(seq.num_tokens - hit.num_tokens, budget)
