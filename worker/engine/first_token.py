@@ -18,6 +18,8 @@ such a waiting first token: batch-only and offline steps are planned as before.
 
 from __future__ import annotations
 
+from collections.abc import Sized
+
 from producer.keys import BAND_FLOORS, BANDS
 from worker.engine.sequence import Sequence
 
@@ -51,6 +53,10 @@ class FirstTokenLane:
         self.max_steps = max_steps  # 0: off
         self.streak = 0  # consecutive steps that left rows out
         self.num_steps = 0  # steps that took the lane, over the scheduler's life
+
+    def open(self, waiting: Sized) -> bool:
+        """Whether this step may take the lane for one of ``waiting`` (else no head is read)."""
+        return self.streak < self.max_steps and len(waiting) > 0
 
     def split(
         self, running: list[Sequence], head: Sequence | None, budget: int

@@ -128,7 +128,7 @@ class Scheduler:
         self._timer.begin(self.aging.now, busy=bool(self.running))
         plan = StepPlan(self.config.max_num_batched_tokens)
         preempted: list[Sequence] = []
-        head = self.waiting.head(self._capped_tenants()) if self.waiting else None
+        head = self.waiting.head(self._capped_tenants()) if self.lane.open(self.waiting) else None
         rows, held = self.lane.split(self.running, head, plan.token_budget)
         # Decodes first: they cost one token each and set every user's time per output token.
         decodes = [s for s in rows if s.num_uncomputed_tokens == 1]
