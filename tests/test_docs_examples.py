@@ -120,8 +120,11 @@ def test_gateway_curl_examples(live_gateway: Served) -> None:
 def test_gateway_python_examples(live_gateway: Served, capsys: pytest.CaptureFixture[str]) -> None:
     for block in blocks(DOCS / "gateway.md", "python"):
         code = block.replace(DOCUMENTED_URL, live_gateway.url)
-        exec(compile(code, "docs/gateway.md", "exec"), {})
+        # As a reader's script runs: without this module's `from __future__ import annotations`
+        # (which compile() would inherit, leaving pydantic models of the docs unresolvable).
+        exec(compile(code, "docs/gateway.md", "exec", dont_inherit=True), {"__name__": "docs"})
     # The worker thread logs to the same stdout, maybe in the middle of the streamed line.
     out = LOG_RECORD.sub("", capsys.readouterr().out).splitlines()
-    assert len(out) == 2 and out[0].strip()  # the streamed completion, then the status line
-    assert out[1].startswith("{'interactive': 0, 'default': 0, 'batch': 0}")
+    # The parsed structured output, the streamed completion, then the status line.
+    assert len(out) == 3 and out[0].startswith("sky=") and out[1].strip()
+    assert out[2].startswith("{'interactive': 0, 'default': 0, 'batch': 0}")
