@@ -15,7 +15,7 @@ namespace quant {
 typedef float f16v __attribute__((vector_size(64)));
 
 #if defined(__AVX512F__)
-constexpr int64_t kRows = 4;  // x rows per pass: 4 x 2 accumulators + 4 weight + x of 32 zmm
+constexpr int64_t kRows = 8;  // x rows per pass: 8 x 2 accumulators + 4 weight + 2 x of 32 zmm
 #else
 constexpr int64_t kRows = 2;  // AVX2: 16 ymm; each f16v takes two
 #endif
@@ -47,12 +47,16 @@ inline f16v widen(__m128i q, bool is_signed) {
     return v;
 }
 
+// The 16 lanes summed by halving (8 + 8, 4 + 4, 2 + 2, 1 + 1), a fixed order, so the same
+// inputs round alike; in registers, since R x O of these end every pass (a scalar loop over
+// the lanes cost as much as the 18 blocks of a k = 576 row at 8 rows of x).
 inline float hsum(f16v v) {
-    float lanes[16];
-    std::memcpy(lanes, &v, sizeof(v));
-    for (int w = 8; w >= 1; w /= 2)  // halving, a fixed order: same inputs round alike
-        for (int i = 0; i < w; ++i) lanes[i] += lanes[i + w];
-    return lanes[0];
+    __m256 half[2];
+    std::memcpy(half, &v, sizeof(v));
+    const __m256 s8 = _mm256_add_ps(half[0], half[1]);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
 inline f16v load_w(const float* p) { return loadf(p); }

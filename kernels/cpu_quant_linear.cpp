@@ -2,18 +2,19 @@
 // (n, row_bytes) uint8 tensor. Layouts and math: kernels/quant_reference.py.
 //
 // A decode step reads every weight once, so bytes per weight set its time: SmolLM2-135M's
-// projections are 425 MB in fp32, 66 MB in Q4_1. Up to kRows rows of x, each block is
-// dequantized into registers (two 16-float vectors: its low and high nibbles, or its 32 int8)
-// and multiplied into every row while there, in passes of kRows rows up to kTileRows. More
-// rows would dequantize each block once per pass (at 64 rows, 16 times: 152 ms a step where
-// oneDNN's fp32 took 70), so there each pair of weight rows is dequantized once into a tile in
-// L1 and all rows pass over it.
+// projections are 425 MB in fp32, 66 MB in Q4_1. Each block of kGgufOut weight rows is
+// dequantized into registers (two 16-float vectors a row: its low and high nibbles, or its 32
+// int8) and multiplied into kRows rows of x while there (8 x 3 accumulators on AVX-512), so a
+// block is dequantized once per kRows rows; more rows take more such passes over the same
+// weight rows, which stay in L1. On a Zen 5 EPYC (1 thread, the file's 210 Q4_1 projections)
+// this replaced passes of 4 rows x 2 weight rows and, past 16 rows, an fp32 tile per weight-row
+// pair: 16 rows 35.8 -> 20.0 ms, 32 rows 83.4 -> 41.0 (oneDNN fp32 40.8), 64 rows 84 where the
+// tile took 102 (BENCHMARKS.md, issue 23).
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "cpu_quant.h"
 
@@ -23,11 +24,6 @@ namespace {
 using namespace quant;
 
 constexpr int64_t kBlock = 32;
-// Past this many rows of x, dequantize each weight row pair once into a tile; up to it, passes
-// of kRows rows each dequantize in registers again, which measured faster (1 thread, the
-// file's 210 Q4_1 projections: 8 rows 17.6 ms against the tile's 21.4, 16 rows 35.2 vs 38.6;
-// Q8_0 16.4 vs 25.2 and 33.1 vs 47.5); at 32 rows the two were within noise.
-constexpr int64_t kTileRows = 4 * kRows;
 
 enum Format : int64_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };
 
@@ -102,36 +98,46 @@ void gguf_few(int64_t rows, const float* x, int64_t ldx, const uint8_t* w, int64
         gguf_few<F, O, R - 1>(rows, x, ldx, w, ldw, nb, out, ldo);
 }
 
-// O weight rows against all rows of x: in registers up to kTileRows rows, else through `tile`.
+// O weight rows against all rows of x, in passes of kRows rows.
 template <int64_t F, int64_t O>
 void gguf_rows(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t ldw,
-               int64_t nb, float* tile, float* out, int64_t ldo) {
-    if (rows > kTileRows) {
-        for (int64_t o = 0; o < O; ++o) dequant_row<F>(w + o * ldw, nb, tile + o * nb * kBlock);
-        dot_rows<float, O>(x, ldx, rows, tile, nb * kBlock, nb * kBlock, nullptr, out, ldo);
-        return;
-    }
-    for (int64_t r = 0; r < rows; r += kRows) {  // passes of kRows, each dequantizing again
+               int64_t nb, float* out, int64_t ldo) {
+    for (int64_t r = 0; r < rows; r += kRows) {
         const int64_t n = std::min(kRows, rows - r);
         gguf_few<F, O>(n, x + r * ldx, ldx, w, ldw, nb, out + r * ldo, ldo);
     }
+}
+
+#if defined(__AVX512F__)
+constexpr int64_t kGgufOut = 3;  // 8 x 3 accumulators, 6 weight, x of 32 zmm (32 rows: 56 -> 41 ms)
+#else
+constexpr int64_t kGgufOut = kOut;
+#endif
+
+// The last n % kGgufOut weight rows (fewer than a group), one group of their own size.
+template <int64_t F, int64_t O = kGgufOut - 1>
+void gguf_tail(int64_t left, const float* x, int64_t ldx, int64_t rows, const uint8_t* w,
+               int64_t ldw, int64_t nb, float* out, int64_t ldo) {
+    if (left == O)
+        gguf_rows<F, O>(x, ldx, rows, w, ldw, nb, out, ldo);
+    else if constexpr (O > 1)
+        gguf_tail<F, O - 1>(left, x, ldx, rows, w, ldw, nb, out, ldo);
 }
 
 template <int64_t F>
 void gguf_all(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
               int64_t nb, float* out) {
     const int64_t ldw = nb * block_bytes(F);
-    // Threads split the weight rows, so each streams its part of W once; grain 16 pairs keeps
+    // Threads split the weight rows, so each streams its part of W once; grain 16 groups keeps
     // the smallest projection here (192 rows of k/v) on 2+ threads.
-    at::parallel_for(0, (n + kOut - 1) / kOut, 16, [&](int64_t begin, int64_t end) {
-        std::vector<float> tile(rows > kTileRows ? kOut * nb * kBlock : 0);
+    at::parallel_for(0, (n + kGgufOut - 1) / kGgufOut, 16, [&](int64_t begin, int64_t end) {
         for (int64_t p = begin; p < end; ++p) {
-            const int64_t o0 = p * kOut;
+            const int64_t o0 = p * kGgufOut;
             const uint8_t* wp = w + o0 * ldw;
-            if (o0 + kOut <= n)
-                gguf_rows<F, kOut>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
+            if (o0 + kGgufOut <= n)
+                gguf_rows<F, kGgufOut>(x, ldx, rows, wp, ldw, nb, out + o0, n);
             else
-                gguf_rows<F, 1>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
+                gguf_tail<F>(n - o0, x, ldx, rows, wp, ldw, nb, out + o0, n);
         }
     });
 }

@@ -29,8 +29,8 @@ def random_blocks(fmt: qr.BlockFormat, n: int, k: int, seed: int) -> torch.Tenso
 
 
 # k: one block, 3 and 5 blocks (not a multiple of any vector or tile width), the model's 576.
-# n: odd counts, so the last weight row runs without its pair.
-SHAPES = [(32, 1), (96, 7), (160, 33), (576, 65)]
+# n: counts that leave 1 or 2 weight rows after the groups of 2 (AVX2) or 3 (AVX-512).
+SHAPES = [(32, 1), (64, 2), (96, 7), (160, 33), (576, 65)]
 ROWS = [1, 2, 3, 5, 8, 17, 64]
 
 
