@@ -89,15 +89,25 @@ void dot_block(const float* x, int64_t ldx, const T* w, int64_t ldw, int64_t k,
     }
 }
 
+// dot_block with R = rows, 1 <= rows <= kRows: the last rows of x in one pass (one row at a
+// time took int8 at 4 rows from 10.3 to 32 ms once kRows went to 8).
+template <typename T, int64_t O, int64_t R = kRows>
+void dot_few(int64_t rows, const float* x, int64_t ldx, const T* w, int64_t ldw, int64_t k,
+             const float* scale, float* out, int64_t ldo) {
+    if (rows == R)
+        dot_block<T, R, O>(x, ldx, w, ldw, k, scale, out, ldo);
+    else if constexpr (R > 1)
+        dot_few<T, O, R - 1>(rows, x, ldx, w, ldw, k, scale, out, ldo);
+}
+
 // Every rows-of-x group over the same O weight rows.
 template <typename T, int64_t O>
 void dot_rows(const float* x, int64_t ldx, int64_t rows, const T* w, int64_t ldw, int64_t k,
               const float* scale, float* out, int64_t ldo) {
-    int64_t r = 0;
-    for (; r + kRows <= rows; r += kRows)
-        dot_block<T, kRows, O>(x + r * ldx, ldx, w, ldw, k, scale, out + r * ldo, ldo);
-    for (; r < rows; ++r)
-        dot_block<T, 1, O>(x + r * ldx, ldx, w, ldw, k, scale, out + r * ldo, ldo);
+    for (int64_t r = 0; r < rows; r += kRows) {
+        const int64_t n = rows - r < kRows ? rows - r : kRows;
+        dot_few<T, O>(n, x + r * ldx, ldx, w, ldw, k, scale, out + r * ldo, ldo);
+    }
 }
 
 // x: float32, 2-D, rows contiguous, k features; the bias (n values) or null.
