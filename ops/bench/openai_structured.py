@@ -186,7 +186,10 @@ def run_all(client: openai.OpenAI, args: argparse.Namespace) -> dict[str, Any]:
 
     def one(case: tuple[str, Any, int]) -> tuple[str, bool, str, str]:
         mode, model, seed = case
-        ok, reason, text = MODES[mode](client, args, model, seed)
+        try:
+            ok, reason, text = MODES[mode](client, args, model, seed)
+        except openai.APIError as exc:  # a timeout under load is a result, not the run's end
+            ok, reason, text = False, type(exc).__name__, f"{mode} seed {seed}: {exc}"
         # A line per output as it ends: a run stopped early still says how far it got.
         print(json.dumps({"mode": mode, "seed": seed, "ok": ok, "finish": reason}), flush=True)
         return mode, ok, reason, text
