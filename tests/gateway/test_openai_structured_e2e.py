@@ -106,7 +106,10 @@ def test_tool_choice_required_always_yields_a_parseable_call(client: openai.Open
         out = chat(client, tools=TOOLS, tool_choice="required", temperature=0.7, seed=seed,
                    max_tokens=120)  # fmt: skip
         choice = out.choices[0]
-        assert choice.finish_reason == "tool_calls", choice.message.content
+        # `length`: the model went on calling until max_tokens (a random model may: the
+        # grammar allows parallel calls); the calls made whole before the cut are returned.
+        assert choice.finish_reason in ("tool_calls", "length"), choice.message.content
+        assert choice.message.tool_calls, (choice.finish_reason, choice.message.content)
         _check_calls(choice.message.tool_calls)
 
 
