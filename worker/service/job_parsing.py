@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from producer.protocol import MAX_PAYLOAD_BYTES, SUPPORTED_SCHEMA_VERSIONS, ErrorCode, JobSpec
 from worker.engine.engine_request import validate_request
 from worker.engine.prompt import InvalidRequestError, PromptTooLongError, encode_prompt
-from worker.engine.sampling_params import InvalidSamplingParams, SamplingParams
+from worker.engine.sampling_params import SamplingParams
+from worker.service.error_codes import error_code
 
 
 class Rejected(Exception):
@@ -70,12 +71,8 @@ def parse_job(
         validate_request(
             ids, params, limits.max_model_len, limits.vocab_size, refuse_past_context=True
         )
-    except InvalidSamplingParams as exc:
-        raise Rejected(ErrorCode.INVALID_REQUEST, str(exc)) from exc
-    except PromptTooLongError as exc:
-        raise Rejected(ErrorCode.PROMPT_TOO_LONG, str(exc)) from exc
-    except InvalidRequestError as exc:
-        raise Rejected(ErrorCode.INVALID_PROMPT, str(exc)) from exc
+    except InvalidRequestError as exc:  # each kind's code from the one mapping (error_codes)
+        raise Rejected(error_code(type(exc)), str(exc)) from exc
     return spec, ids, params
 
 
