@@ -41,7 +41,7 @@ class RequestState:
         self, token_id: int, logprobs: TokenLogprobs | None
     ) -> tuple[RequestOutput, FinishReason | None]:
         """Add a sampled token, decide whether the request stops, and say what to stream."""
-        self.seq.token_ids.append(token_id)
+        self.seq.append_token(token_id)
         return self.emit(token_id, logprobs)
 
     def emit(
@@ -50,8 +50,7 @@ class RequestState:
         """The half of `append` after the token joined the sequence: stop checks, its text.
         The overlapped loop (`overlap.py`) runs it while the next step computes."""
         reason: FinishReason | None = None
-        seq = self.seq
-        if token_id in self._stop_ids and seq.num_output_tokens >= self._min_tokens:
+        if self._stops_on(token_id):
             # As in vLLM: the stopping token is kept in token_ids but adds no text.
             reason = FinishReason.STOP
             delta = ""
@@ -60,7 +59,7 @@ class RequestState:
             delta = detokenizer.add_tokens((token_id,))
             if detokenizer.stop_string is not None:
                 reason = FinishReason.STOP_STRING
-            elif len(seq.token_ids) >= self._end_len:
+            elif self._at_length():
                 reason = FinishReason.LENGTH
         if reason is not None:
             delta += self.detokenizer.finish()
@@ -70,8 +69,7 @@ class RequestState:
     def ends_whatever_text(self) -> bool:
         """Whether the token just appended ends the choice by its id or the length alone: what
         the next step's schedule must know; only a stop string needs the text."""
-        token_ids = self.seq.token_ids
-        return self._stops_on(token_ids[-1]) or len(token_ids) >= self._end_len
+        return self._stops_on(self.seq.token_ids[-1]) or self._at_length()
 
     def _stops_on(self, token_id: int) -> bool:
         """A stop token or EOS, once ``min_tokens`` are out (the sequence holds ``token_id``)."""
