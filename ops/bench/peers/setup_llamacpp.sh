@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build .venv-llamacpp at the repository root, in two stages, each once (a stamp file each):
 #
-#  1. llama-cpp-python[server] (pip compiles its vendored llama.cpp: the registry has only the
-#     source). Its OpenAI server runs one request at a time (a global lock, no parallel slots),
-#     so it is not the peer we measure; it is kept as proof of the build and for the bindings.
+#  1. The venv with httpx (what llamacpp.py needs). With LLAMACPP_BINDINGS=1 also
+#     llama-cpp-python[server] (pip compiles its vendored llama.cpp: the registry has only the
+#     source; about 15 min on 2 cores). Its OpenAI server runs one request at a time (a global
+#     lock, no parallel slots), so it is not the peer we measure and nothing here imports it.
 #  2. llama.cpp's own `llama-server` (parallel slots, continuous batching) and `llama-quantize`,
 #     built with cmake from the llama.cpp source vendored in that same sdist, into
 #     .venv-llamacpp/llama-server/bin/.
@@ -25,11 +26,14 @@ if [[ ! -f "$STAMP_PY" ]]; then
     start=$(date +%s)
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --upgrade pip
-    # Native build (this CPU's SIMD), no BLAS: llama.cpp's own kernels.
-    CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}" \
-        "$VENV/bin/pip" install --verbose "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION" httpx
-    "$VENV/bin/python" -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__)"
-    echo "llama-cpp-python built in $(( $(date +%s) - start )) s"
+    "$VENV/bin/pip" install --quiet httpx
+    if [[ "${LLAMACPP_BINDINGS:-0}" == 1 ]]; then
+        # Native build (this CPU's SIMD), no BLAS: llama.cpp's own kernels.
+        CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}" \
+            "$VENV/bin/pip" install --verbose "llama-cpp-python[server]==$LLAMA_CPP_PYTHON_VERSION"
+        "$VENV/bin/python" -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__)"
+        echo "llama-cpp-python built in $(( $(date +%s) - start )) s"
+    fi
     touch "$STAMP_PY"
 fi
 
