@@ -22,7 +22,10 @@ from worker.engine.sampling_params import SamplingParams
 
 # ours-bf16: our engine with bf16 weights and KV (AVX512-BF16 CPUs run bf16 GEMMs at ~2x fp32).
 # "ours" and the HF peers take --dtype: fp32 on the CPU, bf16 on CUDA unless told otherwise.
-OUR_DTYPES: dict[str, str | None] = {"ours": None, "ours-bf16": "bfloat16"}  # None: --dtype
+OUR_DTYPES: dict[str, str | None] = {"ours": None, "ours-fp32": None, "ours-bf16": "bfloat16"}
+# ours-fp32: the GGUF's blocks dequantized to fp32 at load (exact HF parity), against "ours",
+# which takes the engine's default (`auto`: the file's own blocks for a quantized GGUF on the CPU).
+OUR_QUANTIZATION: dict[str, Any] = {"ours-fp32": "none"}  # one of EngineConfig.quantization's
 
 
 def add_engine_arguments(
@@ -96,13 +99,14 @@ class StepCounter:
 def run_ours(
     args: argparse.Namespace, workload: Sequence[BenchRequest], warm: list[int], name: str = "ours"
 ) -> SystemResult:
-    """``ours`` or ``ours-bf16`` (``OUR_DTYPES``) on engine.py's flags."""
+    """``ours``, ``ours-fp32`` or ``ours-bf16`` (``OUR_DTYPES``) on engine.py's flags."""
     config = engine_config(args, str(args.model_dir), args.device)
     dtype: Any = OUR_DTYPES[name] or args.dtype  # one of EngineConfig.dtype's (--dtype's choices)
     engine = LLMEngine(
         replace(
             config,
             dtype=dtype,
+            quantization=OUR_QUANTIZATION.get(name, config.quantization),
             linear_backend=args.linear_backend,
             enforce_eager=args.enforce_eager,
         )

@@ -54,7 +54,7 @@ PEERS = {
     },
 }
 DEFAULT_PEERS = "vllm-bind,vllm-nobind,llama.cpp-f32,llama.cpp-q4_1"
-LOCAL_SYSTEMS = {"ours-bf16", "hf-cb", "hf-static"}  # engine.py's, run in this process
+LOCAL_SYSTEMS = {"ours-fp32", "ours-bf16", "hf-cb", "hf-static"}  # engine.py's, run in this process
 
 
 def peer_python(peer: Peer, venv_root: Path) -> Path | None:
