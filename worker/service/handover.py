@@ -14,6 +14,7 @@ import structlog
 
 from producer.keys import band_of
 from producer.protocol import JobSpec
+from producer.webhook_lua import Hook
 from worker.engine.engine_request import EngineRequest
 from worker.engine.sampling_params import SamplingParams
 from worker.service.config import WorkerConfig
@@ -68,6 +69,7 @@ class Handover:
             band=band_of(spec.priority),
             deadline=spec.deadline,
             first_token_at=first_token_at,
+            terminal_webhook=spec.webhook is not None and spec.webhook.wants(Hook.TERMINAL),
         )
 
     def cache_salt(self, spec: JobSpec) -> str | None:
