@@ -2,7 +2,7 @@
 
 ``/v1/status`` reads what the workers and ``SUBMIT`` already write: each band's queue depth, the
 live workers' heartbeats, the most recent job ids with their status hashes, and the webhook
-deliveries still to make (``gateway.webhooks.stats``). It reads the same
+deliveries still to make (``producer.webhook_stats``). It reads the same
 keys as ``producer.fleet``, whose readers are flows (``producer.calls``): the gateway runs the same
 ones on its asyncio client (a test checks they agree with the sync ones).
 """
@@ -21,12 +21,12 @@ from pydantic import BaseModel, Field
 
 from gateway.jobs import CallerDep, jobs_of
 from gateway.tenancy import TenantJobs
-from gateway.webhooks.stats import WebhookCounts, webhook_counts_flow
 from producer import AsyncProducer, JobNotFound, JobState, fleet
 from producer.calls import adrive, async_io
 from producer.fleet import WorkerInfo
 from producer.keys import RECENT_KEPT, Keys
 from producer.results import JobStatus
+from producer.webhook_stats import WebhookCounts, webhook_counts_flow
 
 PAGE = Path(__file__).parent / "static" / "status.html"
 # Rows the page shows: 20 fit one screen beside the other tables. With auth the filter runs over

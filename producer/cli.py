@@ -15,7 +15,6 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -27,6 +26,7 @@ from producer.protocol import JobState, TokenEvent
 from producer.reconnect import DEFAULT_RECONNECT
 from producer.results import JobResult
 from producer.sampling_args import add_sampling_arguments, sampling_fields
+from producer.status_cli import add_status_command
 from producer.top import add_top_command
 from producer.webhook_args import add_webhook_arguments, webhook_fields
 
@@ -52,10 +52,7 @@ def add_producer_commands(sub: Any) -> None:
     follows = [common, following]  # the commands that follow a job's events
 
     _add_submit_command(sub, follows)
-
-    status = sub.add_parser("status", parents=[common], help="print a job's status fields")
-    status.add_argument("job_id", metavar="ID")
-    status.set_defaults(func=_guarded(cmd_status))
+    add_status_command(sub, common, _guarded)
 
     stream = sub.add_parser("stream", parents=follows, help="follow a job's events until it ends")
     stream.add_argument("job_id", metavar="ID")
@@ -173,20 +170,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return _follow(args, producer, handle.job_id, "0")
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    with _producer(args) as producer:
-        status = producer.status(args.job_id)
-    if args.json:
-        print(_json(status.model_dump(mode="json")))
-        return 0
-    fields = {k: v for k, v in status.model_dump().items() if v is not None}
-    width = max(len(k) for k in fields) + 1
-    for name, value in fields.items():
-        shown = _iso_time(value) if name.endswith("_at") else str(value)
-        print(f"{name + ':':<{width}} {shown}")
-    return 0
-
-
 def cmd_stream(args: argparse.Namespace) -> int:
     with _producer(args) as producer:
         return _follow(args, producer, args.job_id, args.from_event)
@@ -288,10 +271,6 @@ def _result_fields(result: JobResult) -> dict[str, Any]:
             for c in result.choices
         ],
     }
-
-
-def _iso_time(unix_s: Any) -> str:
-    return datetime.fromtimestamp(float(unix_s), UTC).isoformat(timespec="milliseconds")
 
 
 def _json(obj: Any) -> str:

@@ -96,10 +96,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Entries to deliver (queued or in hand), those in hand (pending), and dead letters."""
-    from gateway.webhooks.stats import webhook_counts_flow
-    from producer.calls import IO, drive
+    from producer.webhook_stats import webhook_counts
 
-    counts = drive(webhook_counts_flow(_keys(args)), IO(_redis(args)))
+    counts = webhook_counts(_redis(args), _keys(args))
     _print(counts.model_dump())
     return 0
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from producer.fleet import StepCostReport
 from producer.top.snapshot import JobRow, Latency, Snapshot, WorkerRow
+from producer.webhook_stats import describe
 
 MIN_FLEX = 8  # a job id cut to 7 characters and an ellipsis still tells ids apart by eye
 GAP = "  "
@@ -35,7 +36,7 @@ def render(
 ) -> str:
     """The whole frame, lines joined by newlines (no trailing one)."""
     width = max(width, 20)
-    lines = [_title(snap, interval_s), _queues(snap.queue_depths), ""]
+    lines = [_title(snap, interval_s), _queues(snap.queue_depths), describe(snap.webhooks), ""]
     if snap.workers:
         lines.append(f"workers: {len(snap.workers)} live")
         rows = [_worker_cells(w) for w in snap.workers]

@@ -1,9 +1,10 @@
 """One frame of ``paternoster top``: what a deployment is doing, read from Redis only.
 
-``build_snapshot`` is the only function here that talks to Redis: about eight round trips
-(live workers 2, queue depths 3 to 6, recent ids 1, their status hashes 1 pipelined, and 2 more
-when some recent job is still queued), so a 1 s refresh costs Redis nothing noticeable. The
-rest turns what it read into plain numbers that the renderer and ``--json`` share.
+``build_snapshot`` is the only function here that talks to Redis: about nine round trips
+(live workers 2, queue depths 3 to 6, webhook counts 1, recent ids 1, their status hashes 1
+pipelined, and 2 more when some recent job is still queued), so a 1 s refresh costs Redis
+nothing noticeable. The rest turns what it read into plain numbers that the renderer and
+``--json`` share.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from producer.fleet import StepCostReport, WorkerInfo, live_workers, queue_depth
 from producer.keys import Keys, band_of
 from producer.protocol import JobState
 from producer.results import JobStatus
+from producer.webhook_stats import WebhookCounts, webhook_counts
 
 # Keys.recent holds at most 100 ids; read them all so the percentiles cover every recent job.
 RECENT_LIMIT = 100
@@ -82,10 +84,12 @@ class Snapshot:
     workers: tuple[WorkerRow, ...]
     jobs: tuple[JobRow, ...]  # newest first
     latency: Latency
+    webhooks: WebhookCounts  # deliveries behind (``producer.webhook_stats``)
 
     def to_json(self) -> dict[str, Any]:
         fields = asdict(self)
         fields["queue_depths"] = dict(self.queue_depths)
+        fields["webhooks"] = self.webhooks.model_dump()
         return fields
 
 
@@ -100,11 +104,12 @@ def build_snapshot(
     now_s = time.time() if now_s is None else now_s
     infos = live_workers(client, keys, now_s)
     depths = queue_depths(client, keys)
+    hooks = webhook_counts(client, keys)
     statuses = _recent_statuses(client, keys, limit)
     before = {w.name: w for w in previous.workers} if previous is not None else {}
     workers = tuple(_worker_row(info, before.get(info.name), now_s) for info in infos)
     jobs = tuple(_job_row(status) for status in statuses)
-    return Snapshot(keys.prefix, now_s, depths, workers, jobs, latency_of(jobs))
+    return Snapshot(keys.prefix, now_s, depths, workers, jobs, latency_of(jobs), hooks)
 
 
 def tokens_per_s(info: WorkerInfo, before: WorkerRow | None) -> float | None:

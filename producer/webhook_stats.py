@@ -1,14 +1,15 @@
-"""How far behind delivery is: what ``paternoster webhooks stats`` prints and ``/v1/status``
-shows, read as one flow (``producer.calls``) so the sync CLI and the gateway's asyncio client
-run the same reads."""
+"""How far behind webhook delivery is, read as one flow (``producer.calls``) so the sync readers
+(``paternoster webhooks stats``, ``paternoster status``, ``paternoster top``) and the gateway's
+``/v1/status`` on its asyncio client run the same reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import redis
 from pydantic import BaseModel, Field
 
-from producer.calls import Flow, Pipeline
+from producer.calls import IO, Flow, Pipeline, drive
 from producer.keys import Keys
 
 
@@ -32,3 +33,14 @@ def webhook_counts_flow(keys: Keys) -> Flow[WebhookCounts]:
         group: dict[str, Any] = next((g for g in groups if g["name"] == keys.webhook_group), {})
         pending = int(group.get("pending", 0))
     return WebhookCounts(to_deliver=int(queued), in_hand=pending, dead=int(dead))
+
+
+def webhook_counts(client: redis.Redis, keys: Keys) -> WebhookCounts:
+    """``webhook_counts_flow`` on a redis-py client."""
+    return drive(webhook_counts_flow(keys), IO(client))
+
+
+def describe(counts: WebhookCounts) -> str:
+    """One line for a terminal, as ``paternoster status`` and ``top`` print it."""
+    c = counts
+    return f"webhooks: {c.to_deliver} to deliver ({c.in_hand} in hand), {c.dead} dead"
