@@ -41,6 +41,7 @@ import torch
 
 from gateway.config import GatewayConfig
 from ops.bench.batch_api_probes import Probes, split_report, ttft_report
+from ops.bench.batch_api_trace import trace_report
 from ops.bench.chaos import audit as chaos_audit
 from ops.bench.chaos import start_worker
 from ops.bench.common import write_report
@@ -193,7 +194,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             tiny = write_random_model("tiny", resolve_model_dir(None), work / "tiny",
                                       torch.float32, "cpu")  # fmt: skip
             args.model = str(tiny)
-        workers = [start_worker(args, server.url, PREFIX, f"w{i}") for i in range(args.workers)]
+        extra = [*args.worker_arg, *(["--log-level", "info"] if args.trace else [])]
+        workers = [start_worker(args, server.url, PREFIX, f"w{i}", extra)
+                   for i in range(args.workers)]  # fmt: skip
         port = free_port()
         procs += [
             *workers,
@@ -207,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ran = run_batch(probes, args, workers[0], server.url)
         report = {"lines": args.lines, "workers": args.workers, "max_tokens": args.max_tokens,
                   "batch_window": args.batch_window, "batch_poll_s": args.batch_poll_s,
-                  "batch_slot_share": args.batch_slot_share,
+                  "batch_slot_share": args.batch_slot_share, "worker_args": extra,
                   "model": args.model, "wall_s": ran["wall_s"],
                   "lines_per_s": args.lines / ran["wall_s"], "killed_at": ran["killed_at"],
                   **audit(probes.openai, ran, args.check),
@@ -215,6 +218,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         kill_s = ran["killed_at"]["t_s"] if ran["killed_at"] else math.inf
         report["ttft"] = ttft_report(idle, ran["busy"], kill_s)
         report["native_ttft_split"] = split_report(probes)
+        if args.trace:
+            report["trace"] = trace_report(probes, server.url, PREFIX, work)
         report["loadavg_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}
     finally:
         for proc in procs:
@@ -242,6 +247,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch-poll-s", type=float, default=GatewayConfig.batch_poll_s)
     ap.add_argument("--batch-slot-share", type=float, default=GatewayConfig.batch_slot_share)
     ap.add_argument("--step-delay-s", type=float, default=0.0)
+    ap.add_argument("--worker-arg", action="append", default=[], metavar="FLAG",
+                    help="a worker flag, repeated: --worker-arg=--threads=2")  # fmt: skip
+    ap.add_argument("--trace", action="store_true",
+                    help="split each probe's TTFT (workers log at info)")  # fmt: skip
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--out", type=Path)
     return ap.parse_args(argv)

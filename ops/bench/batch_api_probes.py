@@ -40,13 +40,18 @@ class Probes:
         # Native probes' TTFT split (server clock): submit -> a worker claimed it (intake:
         # the job waiting in Redis) and claimed -> first token (engine admission and steps).
         self.split: dict[str, list[tuple[float, float]]] = {}
+        # Every probe, for ``batch_api_trace``: phase, kind, job id, sent and first text at
+        # (time.time(); the native probe's first token is read from the server, None here).
+        self.sent_jobs: list[tuple[str, str, str, float, float | None]] = []
 
     def ttft_s(self, kind: str) -> float:
         self.sent += 1
         prompt = f"Probe {self.sent}:"
+        sent_at = time.time()
         if kind == "native_interactive_band":
             body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "priority": "interactive"}
             job_id = self.http.post("/v1/jobs", json=body).json()["job_id"]
+            self.sent_jobs.append((self.phase, kind, job_id, sent_at, None))
             result = self.http.get(f"/v1/jobs/{job_id}/result", params={"timeout_s": 60}).json()
             timings = result["timings"]
             queued_s, ttft_s = float(timings["queued_s"]), float(timings["ttft_s"])
@@ -55,11 +60,13 @@ class Probes:
         start = time.perf_counter()
         stream = self.openai.completions.create(model="m", prompt=prompt, max_tokens=4,
                                                 temperature=0, stream=True)  # fmt: skip
-        first = None
+        first, first_at, job_id = None, 0.0, ""
         for chunk in stream:
             if first is None and chunk.choices and chunk.choices[0].text:
-                first = time.perf_counter() - start
+                first, first_at = time.perf_counter() - start, time.time()
+                job_id = chunk.id.partition("-")[2]  # cmpl-<job id>
         assert first is not None, "a probe produced no text"
+        self.sent_jobs.append((self.phase, kind, job_id, sent_at, first_at))
         return first
 
 

@@ -42,13 +42,15 @@ from producer.protocol import StartedEvent, TokenEvent, is_terminal, parse_event
 
 
 def start_worker(
-    args: argparse.Namespace, url: str, prefix: str, name: str
+    args: argparse.Namespace, url: str, prefix: str, name: str, extra: Sequence[str] = ()
 ) -> subprocess.Popen[bytes]:
+    """A worker process; ``extra`` flags go last, so they override the ones set here."""
     cmd = [sys.executable, "-m", "worker.cli", "worker", "--redis-url", url, "--prefix", prefix]
     cmd += ["--name", name, "--threads", "1", "--max-num-seqs", str(args.max_num_seqs)]
     cmd += ["--kv-cache-bytes", str(256 << 20), "--log-level", "warning"]
     if args.model:
         cmd += ["--model", args.model]
+    cmd += extra
     env = {**os.environ, "PATERNOSTER_CHAOS": "1"}
     if args.step_delay_s:
         env["PATERNOSTER_CHAOS_STEP_DELAY_S"] = str(args.step_delay_s)

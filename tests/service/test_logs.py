@@ -31,6 +31,7 @@ JOB_EVENTS = {
     "job_skipped",
     "job_cancel_requested",
     "job_deadline",
+    "job_first_token",
 }
 
 
@@ -84,14 +85,17 @@ def test_every_job_event_names_job_tenant_and_worker(
     by_job: dict[str, list[tuple[str, str | None]]] = {}
     for r in job_lines:
         by_job.setdefault(r["job_id"], []).append((r["event"], r["tenant"]))
-    assert by_job["ok"] == [("job_started", "acme"), ("job_finished", "acme")]
+    ok = [("job_started", "acme"), ("job_first_token", "acme"), ("job_finished", "acme")]
+    assert by_job["ok"] == ok
     assert by_job["long"] == [
         ("job_started", "beta"),
+        ("job_first_token", "beta"),
         ("job_cancel_requested", "beta"),
         ("job_finished", "beta"),
     ]
     assert by_job["late"] == [
         ("job_started", "gamma"),
+        ("job_first_token", "gamma"),
         ("job_deadline", "gamma"),
         ("job_finished", "gamma"),
     ]

@@ -24,6 +24,7 @@ from worker.engine.outputs import RequestOutput
 from worker.service.cancels import CancelListener, EarlyCancels
 from worker.service.config import WorkerConfig
 from worker.service.error_codes import error_code
+from worker.service.first_token_trace import FirstTokenTrace
 from worker.service.inbox import Inbox
 from worker.service.intake import Intake
 from worker.service.jobs import ActiveJob, AdmittedJob
@@ -61,6 +62,7 @@ class JobWorker:
         self._stop_at = 0.0
         # Every line this worker logs names it: several workers often share one log sink.
         self._log = structlog.get_logger("paternoster.worker", worker=self.config.name)
+        self._first_tokens = FirstTokenTrace(self._log, self.metrics)
 
     def run(self) -> None:
         """Serve until ``stop()``; then finish the jobs in hand (for at most ``grace_s``; the
@@ -138,9 +140,9 @@ class JobWorker:
             self.inbox.wake.clear()
             return
         self._aborts_pending = False
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()
         outputs = self._engine_step()
-        commands = self._on_outputs(outputs)
+        commands = self._on_outputs(outputs, started_at)
         for job_id in self.engine.last_preempted:
             if (preempted := self.active.get(job_id)) is not None:
                 commands += preempted.on_preempted()
@@ -152,8 +154,9 @@ class JobWorker:
         commands += self.reporter.heartbeat(draining)
         self.publisher.publish(commands)
 
-    def _on_outputs(self, outputs: list[RequestOutput]) -> list[Command]:
-        """The commands of one step's outputs: token events, and the ends of finished jobs."""
+    def _on_outputs(self, outputs: list[RequestOutput], started_at: float) -> list[Command]:
+        """The commands of one step's outputs (of the step started at ``started_at``,
+        ``time.time()``): token events, and the ends of finished jobs."""
         commands: list[Command] = []
         for out in outputs:
             job = self.active.get(out.request_id)
@@ -167,9 +170,8 @@ class JobWorker:
                 continue
             had_token = job.first_token_at is not None
             commands += job.on_output(out)
-            if self.metrics is not None and not had_token and job.first_token_at is not None:
-                ttft_s = job.first_token_at - job.job.submitted_at
-                self.metrics.first_token(band=job.job.band, ttft_s=ttft_s)
+            if not had_token and job.first_token_at is not None:
+                self._first_tokens.first_token(job, self.num_steps, started_at)
             if job.finished:
                 self._end(job, out.finish_reason)
         return commands
@@ -238,6 +240,7 @@ class JobWorker:
                 self._end(active, FinishReason.ABORT)
             elif self._start(job, active):
                 self.active[job.job_id] = active
+                self._first_tokens.admitted(active, self.num_steps)
                 if self.metrics is not None:
                     queued_s = job.started_at - job.submitted_at
                     self.metrics.job_started(band=job.band, queued_s=queued_s)
@@ -273,6 +276,7 @@ class JobWorker:
 
     def _end(self, job: ActiveJob, reason: FinishReason | None) -> None:
         self.active.pop(job.job.job_id, None)
+        self._first_tokens.forget(job.job.job_id)
         self.publisher.publish(self.reporter.forget(job.job.job_id))
         self.slots.give(1)
         self.reporter.job_ended(job)
