@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,9 +14,14 @@ from producer.fleet import queue_depths
 from producer.keys import BANDS, Keys
 from producer.top import build_snapshot, render
 from tests.gateway.conftest import Served, serve, stop
+from tests.gateway.test_status_page import browser, rows, wait_for
 from tests.webhooks.conftest import cancelled_jobs
 from worker.cli import main
 
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+__all__ = ["browser"]  # the fixture, for the browser test
 Capsys = pytest.CaptureFixture[str]
 BEHIND = {"to_deliver": 3, "in_hand": 1, "dead": 1}
 LINE = "webhooks: 3 to deliver (1 in hand), 1 dead"
@@ -84,3 +89,15 @@ def test_status_page_has_a_webhooks_table(own_gateway: Served, behind: Keys) -> 
     assert '<table id="webhooks">' in page and 'fill("webhooks", [s.webhooks]' in page
     for name in BEHIND:
         assert f"w.{name}" in page
+
+
+@pytest.mark.slow
+def test_status_page_shows_the_counts_in_a_browser(
+    browser: WebDriver, own_gateway: Served, behind: Keys
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{own_gateway.url}/status")
+    wait_for(browser, lambda d: rows(d, "webhooks"))
+    (row,) = rows(browser, "webhooks")
+    assert [td.text for td in row.find_elements(By.TAG_NAME, "td")] == ["3", "1", "1"]
