@@ -16,6 +16,8 @@ one. Nothing else in ``producer/`` touches ``os.environ``.
   the deliverer read it, so set it alike for all three.
 - ``PATERNOSTER_WEBHOOK_SECRET``: the deliverer's default signing secret, for webhooks that
   carry none of their own (``whsec_`` and base64, as Standard Webhooks secrets are).
+- ``PATERNOSTER_WEBHOOK_CA_BUNDLE``: a PEM file of the CAs the deliverer trusts for ``https``
+  receivers instead of its default bundle (receivers behind a private CA).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from producer.keys import DEFAULT_PREFIX
 
 WEBHOOK_ALLOW_ENV = "PATERNOSTER_WEBHOOK_ALLOW"
 WEBHOOK_SECRET_ENV = "PATERNOSTER_WEBHOOK_SECRET"
+WEBHOOK_CA_BUNDLE_ENV = "PATERNOSTER_WEBHOOK_CA_BUNDLE"
 
 
 def redis_url() -> str | None:
@@ -57,3 +60,8 @@ def webhook_allow() -> str:
 def webhook_secret() -> str | None:
     """``PATERNOSTER_WEBHOOK_SECRET``; None when unset."""
     return os.environ.get(WEBHOOK_SECRET_ENV) or None
+
+
+def webhook_ca_bundle() -> str | None:
+    """``PATERNOSTER_WEBHOOK_CA_BUNDLE``, a PEM file's path; None when unset."""
+    return os.environ.get(WEBHOOK_CA_BUNDLE_ENV) or None

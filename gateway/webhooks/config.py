@@ -8,6 +8,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gateway.webhooks.signing import secret_key
 from producer import envs
@@ -40,6 +41,9 @@ class WebhookConfig:
     record_ttl_s: int = 7 * 24 * 3600  # delivery hashes kept this long after their last write
     # Signs webhooks without a secret of their own (PATERNOSTER_WEBHOOK_SECRET).
     default_secret: str | None = field(default_factory=envs.webhook_secret, repr=False)
+    # A PEM file of the CAs that https receivers' certificates must chain to, instead of the
+    # default bundle (certifi's): receivers behind a private CA (PATERNOSTER_WEBHOOK_CA_BUNDLE).
+    ca_bundle: str | None = field(default_factory=envs.webhook_ca_bundle)
     name: str = field(default_factory=_consumer_name)  # this deliverer's consumer name
 
     def __post_init__(self) -> None:
@@ -49,6 +53,8 @@ class WebhookConfig:
                 raise ValueError(f"webhooks: {f.name} must be > 0, not {value}")
         if self.default_secret is not None:  # a bad one would dead-letter every delivery
             secret_key(self.default_secret)
+        if self.ca_bundle is not None and not Path(self.ca_bundle).is_file():
+            raise ValueError(f"webhooks: ca_bundle {self.ca_bundle!r} is not a file")
 
     @property
     def touch_every_s(self) -> float:
@@ -63,6 +69,13 @@ class WebhookConfig:
                 kind = int if f.type == "int" else float
                 flag = "--" + f.name.replace("_", "-")
                 g.add_argument(flag, type=kind, default=f.default, help=f"default {f.default}")
+        g.add_argument(
+            "--ca-bundle",
+            default=None,
+            metavar="PEM",
+            help=f"CAs to trust for https receivers (default: ${envs.WEBHOOK_CA_BUNDLE_ENV}, "
+            "else the default bundle)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> WebhookConfig:
@@ -71,4 +84,5 @@ class WebhookConfig:
             for f in dataclasses.fields(cls)
             if f.type in ("int", "float") and hasattr(args, f.name)
         }
-        return cls(**numbers)
+        ca_bundle = getattr(args, "ca_bundle", None)
+        return cls(**numbers, **({"ca_bundle": ca_bundle} if ca_bundle else {}))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from dataclasses import replace
 from typing import Any
@@ -34,6 +35,15 @@ from producer.webhook_policy import Allowlist
 
 log = logging.getLogger("paternoster.webhooks")
 ERROR_PAUSE_S = 1.0  # after a Redis error in the read loop, before the next try
+
+
+def http_client(config: WebhookConfig) -> httpx.AsyncClient:
+    """The attempts' client: no redirects, one attempt's timeout, and the CAs it trusts."""
+    verify: ssl.SSLContext | bool = True  # httpx's default context: certifi's CAs
+    if config.ca_bundle is not None:
+        verify = ssl.create_default_context(cafile=config.ca_bundle)
+    timeout = httpx.Timeout(config.request_timeout_s)
+    return httpx.AsyncClient(follow_redirects=False, timeout=timeout, verify=verify)
 
 
 class Deliverer:
@@ -62,8 +72,7 @@ class Deliverer:
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver until ``stop`` is set; deliveries in hand stay pending for the next one."""
         await self._ensure_group()
-        timeout = httpx.Timeout(self.config.request_timeout_s)
-        async with httpx.AsyncClient(follow_redirects=False, timeout=timeout) as http:
+        async with http_client(self.config) as http:
             sender = Sender(
                 http,
                 self._resolve,

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import ssl
 import threading
 import time
 from collections import Counter
@@ -53,6 +54,7 @@ class Receiver:
     attempts: Counter[str] = field(default_factory=Counter)
     verified: dict[str, dict[str, Any]] = field(default_factory=dict)  # webhook-id -> body
     times: dict[str, list[float]] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)  # each attempt's Host header
     bad: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -61,6 +63,7 @@ class Receiver:
         with self.lock:
             self.attempts[did] += 1
             n = self.attempts[did]
+            self.hosts.append(headers["host"])
             self.times.setdefault(did, []).append(time.monotonic())
         if not verify(self.secret, headers, body):
             with self.lock:
@@ -77,8 +80,11 @@ class Receiver:
 
 
 @contextmanager
-def serving(receiver: Receiver) -> Iterator[str]:
-    """The receiver on 127.0.0.1 (allowlisted by the ``allow_loopback`` fixture); its URL."""
+def serving(
+    receiver: Receiver, tls: ssl.SSLContext | None = None, host: str = "127.0.0.1"
+) -> Iterator[str]:
+    """The receiver on 127.0.0.1 (allowlisted by the ``allow_loopback`` fixture); its URL, with
+    ``host`` in it (a name the test resolves to 127.0.0.1), ``https`` when ``tls`` is given."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -97,11 +103,14 @@ def serving(receiver: Receiver) -> Iterator[str]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:  # the handshake runs at accept, on the serving thread
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+        scheme = "http" if tls is None else "https"
+        yield f"{scheme}://{host}:{server.server_address[1]}/hook"
     finally:
         server.shutdown()
         server.server_close()
