@@ -13,33 +13,31 @@ keeps its place; it later recomputes and continues exactly where it stopped. The
 least urgent (effective priority), most recently started sequence. Two things preempt: a running
 sequence that needs a block when none is free (``kv_cache_full``), and a waiting sequence that
 cannot start while less urgent ones run (``priority``, bounded by ``max_priority_preemptions``).
-A sequence being admitted starts after the longest prefix the block manager has cached for it.
-The scheduler decides and never touches tensors.
+Admission of waiting sequences is ``admission.Admission``; planning the running ones, and
+preempting, is here. The scheduler decides and never touches tensors.
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import Counter
 from collections.abc import Iterable
 
+from worker.engine.admission import Admission
 from worker.engine.aging import Aging, Clock
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
-from worker.engine.fair_share import FairShare, capped_tenants
-from worker.engine.first_token import FirstTokenLane, delivers, in_lane
+from worker.engine.fair_share import FairShare
+from worker.engine.first_token import FirstTokenLane, delivers
 from worker.engine.held_forks import HeldForks
 from worker.engine.preemption import victim as pick_victim
-from worker.engine.preemption import victims_for
-from worker.engine.prefix_cache import PrefixHit
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.step_cost import StepCostModel, StepTimer
 from worker.engine.step_plan import StepPlan
 from worker.engine.step_targets import PrefillAllowance
 from worker.engine.wait_queue import WaitQueue
-from worker.engine.wait_reasons import Blocked, WaitInfo, WaitReason, explain
+from worker.engine.wait_reasons import Blocked, WaitInfo, explain
 
 
 class Scheduler:
@@ -58,12 +56,20 @@ class Scheduler:
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
         self.preemptions_by_reason: Counter[str] = Counter()
-        self._starts = itertools.count()
         self._blocked: Blocked | None = None  # where the last admission stopped
         # Prompt tokens run through the model, over all steps: recomputation after preemption
         # counts again, tokens found in the prefix cache do not.
         self.num_prompt_tokens_computed = 0
         self._forks = HeldForks()
+        self.admission = Admission(
+            config,
+            block_manager,
+            self.waiting,
+            self.running,
+            self.fair_share,
+            self.aging,
+            self._preempt,
+        )
 
     # -- requests in and out -------------------------------------------------------------------
 
@@ -119,7 +125,7 @@ class Scheduler:
     def wait_info(self) -> dict[str, WaitInfo]:
         """Why each waiting request (by request id) waits, as of the last ``schedule``."""
         held = self._forks.held()
-        return explain(self.waiting, self._blocked, self._capped_tenants(), held)
+        return explain(self.waiting, self._blocked, self.admission.capped_tenants(), held)
 
     # -- the step --------------------------------------------------------------------------------
 
@@ -128,8 +134,7 @@ class Scheduler:
         self._timer.begin(self.aging.now, busy=bool(self.running))
         plan = StepPlan(self.config.max_num_batched_tokens)
         preempted: list[Sequence] = []
-        head = self.waiting.head(self._capped_tenants()) if self.lane.open(self.waiting) else None
-        rows, held = self.lane.split(self.running, head, plan.token_budget)
+        rows, held = self.lane.split(self.running, self._lane_head(), plan.token_budget)
         # Decodes first: they cost one token each and set every user's time per output token.
         decodes = [s for s in rows if s.num_uncomputed_tokens == 1]
         chunks = [s for s in rows if s.num_uncomputed_tokens > 1]
@@ -143,7 +148,7 @@ class Scheduler:
         self._plan_running(decodes + chunks, plan, preempted, allowance, oldest)
         self._blocked = None
         if not preempted:
-            self._admit(plan, preempted, allowance, lane_only=bool(held))
+            self._blocked = self.admission.admit(plan, preempted, allowance, lane_only=bool(held))
         if held and not delivers(plan.tokens):  # no first token after all: the rows go too
             self._plan_running(held, plan, preempted, allowance, None)
             held = []
@@ -151,6 +156,13 @@ class Scheduler:
         output = SchedulerOutput.build(plan.tokens.items(), preempted)
         self._timer.planned(output, self.aging.now)
         return output
+
+    def _lane_head(self) -> Sequence | None:
+        """The waiting sequence admission would look at first; read only while the first-token
+        lane may be taken (a head costs a pass over the running set's tenants)."""
+        if not self.lane.open(self.waiting):
+            return None
+        return self.waiting.head(self.admission.capped_tenants())
 
     def _plan_running(
         self,
@@ -206,75 +218,6 @@ class Scheduler:
         plan.drop(seq)  # undo its share of this step if it had one
         preempted.append(seq)
         self.waiting.add(seq)  # under its original arrival: it keeps its place
-
-    def _admit(
-        self,
-        plan: StepPlan,
-        preempted: list[Sequence],
-        allowance: PrefillAllowance | None,
-        lane_only: bool,  # a first-token lane step: only the lane's band starts
-    ) -> None:
-        capped = self._capped_tenants()
-        first = True  # the step's first admission may get a minimum chunk
-        while (budget := plan.tokens_left) > 0:
-            seq = self.waiting.head(capped)
-            # Never restart a victim in the step it lost; a lane step starts only the lane's band.
-            if seq is None or seq in preempted or (lane_only and not in_lane(seq)):
-                return
-            hit = self.block_manager.lookup(seq)  # its tokens need no computing
-            num_new = min(seq.num_tokens - hit.num_tokens, budget)
-            if allowance is not None:
-                floor = first and allowance.admission_floor(seq)
-                num_new = allowance.grant(seq, num_new, at_least_min=floor)
-                if num_new == 0:
-                    self._blocked = Blocked(seq, WaitReason.TPOT_TARGET)
-                    return
-            blocker = self._blocker(seq, num_new, hit)
-            if blocker is not None:
-                victims = victims_for(
-                    seq, num_new, hit, self.running, self.config, self.block_manager, self.aging
-                )
-                if not victims:
-                    # In order: a later, smaller request must not overtake the head.
-                    self._blocked = Blocked(seq, blocker)
-                    return
-                for v in victims:
-                    self._preempt(v, "priority", plan, preempted)
-                continue  # budget and prefix hit may have changed: look again
-            self._start(seq, num_new, hit, plan)
-            if allowance is not None:
-                allowance.spend(seq, num_new)
-            first = False
-            capped = self._capped_tenants()
-        head = self.waiting.head(capped)
-        if head is not None:
-            self._blocked = Blocked(head, WaitReason.STEP_BUDGET)
-
-    def _start(self, seq: Sequence, num_new: int, hit: PrefixHit, plan: StepPlan) -> None:
-        self.waiting.remove(seq)
-        self.block_manager.allocate(seq, num_new, hit)
-        if seq.num_preemptions == 0:
-            seq.num_cached_tokens = hit.num_tokens
-        # Charged once per prompt token, at admission, so that admitting several sequences in
-        # one step already alternates tenants; a recomputation after preemption is not charged.
-        uncharged = seq.num_prompt_tokens - max(hit.num_tokens, seq.num_prompt_tokens_charged)
-        if uncharged > 0:
-            self.fair_share.charge(seq.tenant, prompt_tokens=uncharged)
-            seq.num_prompt_tokens_charged = seq.num_prompt_tokens
-        seq.status = SequenceStatus.RUNNING
-        seq.start_index = next(self._starts)
-        self.running.append(seq)
-        plan.add(seq, num_new)
-
-    def _blocker(self, seq: Sequence, num_new: int, hit: PrefixHit) -> WaitReason | None:
-        if len(self.running) >= self.config.max_num_seqs:
-            return WaitReason.NO_BATCH_SLOT
-        if not self.block_manager.can_allocate(seq, num_new, hit):
-            return WaitReason.KV_CACHE_FULL
-        return None
-
-    def _capped_tenants(self) -> set[str]:
-        return capped_tenants(self.running, self.config.max_running_per_tenant)
 
     def update(self, output: SchedulerOutput) -> None:
         """After the runner ran ``output``: its scheduled tokens are now computed (and the blocks
