@@ -26,7 +26,7 @@ import redis.asyncio as aredis
 from gateway.webhooks import records, schedule, signing
 from gateway.webhooks.config import WebhookConfig
 from gateway.webhooks.metrics import WebhookMetrics
-from gateway.webhooks.prepare import Prepared, Refusal, prepare
+from gateway.webhooks.prepare import Prepared, Refusal, check_current, prepare
 from gateway.webhooks.records import Entry, Outcome, Record
 from gateway.webhooks.sender import Attempt, Resolver, Sender, Verdict, system_resolver
 from producer.keys import Keys
@@ -191,6 +191,12 @@ class Deliverer:
         record = replace(record, url=job.url)
         while (reason := schedule.give_up(self.config, record)) is None:
             await asyncio.sleep(max(0.0, record.next_attempt_at - time.time()))
+            try:
+                if record.attempts:  # the first attempt follows prepare's own check
+                    await check_current(self.client, self.keys, entry)
+            except Refusal as why:
+                await self._end(entry, replace(record, last_error=str(why)), str(why))
+                return
             attempt = await self._attempt(entry, job, sender)
             record = schedule.after(self.config, record, attempt)
             if attempt.verdict is Verdict.DELIVERED:

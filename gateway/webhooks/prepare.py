@@ -28,9 +28,34 @@ class Prepared:
     body: bytes
 
 
+# The reason of a delivery whose job outlived its result: the deliverers were behind for longer
+# than the worker's --result-ttl-s (a day by default), or took it over after that.
+GONE = "the job's status hash is gone: its result TTL passed before the delivery was made"
+RESUBMITTED = (
+    "the job's result TTL passed before the delivery was made, and its id was submitted again"
+)
+
+
+def _check_life(entry: Entry, submitted: str | None) -> None:
+    """Refusal unless the job's status hash (its ``submitted_at``; None: gone) is still of the
+    life the entry was enqueued for."""
+    if submitted is None:
+        raise Refusal(GONE)
+    if entry.submitted_at and submitted != entry.submitted_at:  # the delivery id's own time
+        raise Refusal(f"{RESUBMITTED} (submitted at {entry.submitted_at}, now {submitted})")
+
+
+async def check_current(client: aredis.Redis, keys: Keys, entry: Entry) -> None:
+    """Before a retry: the job's result is still there (one HGET), so whichever deliverer holds
+    the delivery, one past the result TTL ends the same way."""
+    job = keys.job(entry.job_id)
+    submitted: str | None = await client.hget(job, StatusField.SUBMITTED_AT)  # type: ignore[assignment]
+    _check_life(entry, submitted)
+
+
 def _spec(raw: str | None) -> WebhookSpec:
     if raw is None:
-        raise Refusal("the job's status hash holds no webhook (expired, or not from SUBMIT)")
+        raise Refusal("the job's status hash holds no webhook (not submitted through SUBMIT)")
     try:
         return WebhookSpec.model_validate_json(raw)
     except ValidationError as exc:
@@ -44,6 +69,7 @@ async def prepare(
 ) -> Prepared:
     """The delivery's URL, secret and body; Refusal when one of them cannot be had."""
     status: dict[str, str] = await client.hgetall(keys.job(entry.job_id))  # type: ignore[assignment]
+    _check_life(entry, status.get(StatusField.SUBMITTED_AT, "") if status else None)
     spec = _spec(status.get(StatusField.WEBHOOK))
     if not spec.wants(entry.event):
         raise Refusal(f"the webhook does not ask for {entry.event!r} events")
