@@ -21,6 +21,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "x @ dequantize(blocks).T + bias, blocks (n, row_bytes) uint8 of GGML type format",
           py::arg("x"), py::arg("blocks"), py::arg("format"), py::arg("bias") = py::none());
     m.def("gguf_dequantize", &gguf_dequantize, "GGUF blocks (n, row_bytes) -> float32 (n, k)");
+    m.def("quant_isa", &quant_isa, "The quantized kernels' vector paths: avx512 or avx2");
     m.def("int8_linear", &int8_linear, "x @ (scale[:, None] * weight).T + bias, weight int8",
           py::arg("x"), py::arg("weight"), py::arg("scale"), py::arg("bias") = py::none());
 }

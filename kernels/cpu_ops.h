@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 namespace paternoster {
 
@@ -33,6 +34,7 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight,
 at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
                        const c10::optional<at::Tensor>& bias);
 at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format);
+std::string quant_isa();  // "avx512" or "avx2": the vector paths this build compiled
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
                        const c10::optional<at::Tensor>& bias);
 

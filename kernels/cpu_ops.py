@@ -5,7 +5,9 @@ residual + RMSNorm), `cpu_linear.cpp` (projections of few rows), `cpu_quant_line
 `cpu_int8_linear.cpp` (projections of GGUF blocks and of int8 weights; `cpu_quant.h`), bound to
 Python in `cpu_bindings.cpp`.
 
-The source is compiled for the machine it runs on (``-march=native``) by torch's extension
+The source is compiled for the machine it runs on (``-march=native``; ``PATERNOSTER_CPU_ARCH``,
+read once per process, or `load`'s ``arch`` names another ``-march`` target, e.g. ``haswell`` to
+run the AVX2 code paths on an AVX-512 machine, built as a module of its own) by torch's extension
 builder, which caches the result under ``TORCH_EXTENSIONS_DIR`` (default
 ``~/.cache/torch_extensions``) keyed by source and flags: about 40 s on a 2-core machine the first
 time, a fraction of a second after. Building needs a C++ compiler and ``ninja``; where either is
@@ -21,8 +23,10 @@ live owner and removes it.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -49,6 +53,8 @@ HEADERS = [_HERE / "cpu_ops.h", _HERE / "cpu_quant.h"]
 # both share one thread pool. `#pragma omp simd reduction` vectorises the dot products without
 # -ffast-math, which would also loosen exp() and the softmax's inf handling.
 CFLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"]
+NATIVE = "native"
+ARCH_ENV = "PATERNOSTER_CPU_ARCH"  # a -march target for every load(); default native
 LDFLAGS = ["-fopenmp"]
 # Part of the build's name: builders of the same sources that do not take `_build_lock` (this
 # file before it did) use another directory, so a `lock` file found under ours is always stale.
@@ -57,45 +63,55 @@ TORCH_LOCK = "lock"  # the file torch.utils.cpp_extension's FileBaton holds duri
 OUR_LOCK = "paternoster.flock"
 
 _lock = threading.Lock()
-_state: dict[str, ModuleType | str] = {}
+_modules: dict[str, ModuleType] = {}  # by -march target
+_errors: dict[str, str] = {}  # why that target's build failed
 
 
-def load() -> ModuleType | None:
-    """The compiled module, building it once per process; None if it cannot be built."""
+@functools.cache
+def default_arch() -> str:
+    """``PATERNOSTER_CPU_ARCH`` (read once per process), else ``native``."""
+    return os.environ.get(ARCH_ENV) or NATIVE
+
+
+def load(arch: str | None = None) -> ModuleType | None:
+    """The compiled module for ``-march=arch`` (default: `default_arch`), building it once per
+    process; None if it cannot be built."""
+    arch = arch or default_arch()
     with _lock:
-        if "module" not in _state and "error" not in _state:
+        if arch not in _modules and arch not in _errors:
             try:
-                _state["module"] = _build()
+                _modules[arch] = _build(arch)
             except Exception as e:  # a compiler error, a missing tool: keep the torch path
-                _state["error"] = f"{type(e).__name__}: {e}".strip()[:2000]
-                log.warning("CPU attention kernels unavailable, using torch: %s", _state["error"])
-        module = _state.get("module")
-        return module if isinstance(module, ModuleType) else None
+                _errors[arch] = f"{type(e).__name__}: {e}".strip()[:2000]
+                log.warning("CPU kernels (%s) unavailable, using torch: %s", arch, _errors[arch])
+        return _modules.get(arch)
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(arch: str | None = None) -> str | None:
     """Why `load` returned None, once it has; None while loadable or untried."""
-    error = _state.get("error")
-    return error if isinstance(error, str) else None
+    return _errors.get(arch or default_arch())
 
 
-def module_name() -> str:
-    """The extension's name, with a digest of its sources and header: torch's cache notices a
-    changed source but not a changed header, and a name per content never loads a stale build."""
+def module_name(arch: str = NATIVE) -> str:
+    """The extension's name, with a digest of its sources and header (and of ``arch`` unless
+    native): torch's cache notices a changed source but not a changed header, and a name per
+    content never loads a stale build."""
     digest = hashlib.sha256(BUILD_PROTOCOL.encode())
+    if arch != NATIVE:
+        digest.update(arch.encode())
     for path in (*SOURCES, *HEADERS):
         digest.update(path.read_bytes())
     return f"paternoster_cpu_ops_{digest.hexdigest()[:12]}"
 
 
-def _build() -> ModuleType:
+def _build(arch: str = NATIVE) -> ModuleType:
     from torch.utils import cpp_extension
 
     if shutil.which("c++") is None and shutil.which("g++") is None:
         raise RuntimeError("no C++ compiler (c++ or g++) on PATH")
     if not cpp_extension.is_ninja_available():
         raise RuntimeError("ninja is not installed (pip install ninja)")
-    name = module_name()
+    name = module_name(arch)
     # torch caches builds in <extensions dir>/<name>/ (a private helper names it, and creates
     # it). Without the helper (a future torch) there is no stale-lock check and no message.
     where = getattr(cpp_extension, "_get_build_directory", None)
@@ -112,7 +128,7 @@ def _build() -> ModuleType:
         module = cpp_extension.load(
             name=name,
             sources=[str(source) for source in SOURCES],
-            extra_cflags=CFLAGS,
+            extra_cflags=[f"-march={arch}" if f.startswith("-march") else f for f in CFLAGS],
             extra_ldflags=LDFLAGS,
             verbose=False,
         )

@@ -15,6 +15,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <string>
 
 #include "cpu_quant.h"
 
@@ -170,6 +171,14 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
     }
     add_bias(op, rows, n, b);
     return out;
+}
+
+std::string quant_isa() {
+#if defined(__AVX512F__)
+    return "avx512";
+#else
+    return "avx2";
+#endif
 }
 
 at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format) {

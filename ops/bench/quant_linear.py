@@ -9,7 +9,9 @@ gate, up, down), run in layer order so they stream from DRAM each round as in a 
 (the same through `skinny_linear`), ``q4_1`` (`gguf_linear` on the file's blocks), ``q4_1_deq``
 (`gguf_dequantize` of each weight, then `F.linear`), ``q4_1_deq_onednn`` (the same, reordered
 for oneDNN each call: the many-row path), ``q8_0`` and ``int8``
-(the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`). Time is CPU
+(the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`); with ``--avx2``
+also ``q4_1_avx2``, ``q8_0_avx2`` and ``int8_avx2``, the same kernels built with
+``-march=haswell`` (their AVX2 paths, `cpu_ops.load("haswell")`) on this machine. Time is CPU
 time of the calling thread (``time.thread_time``, one torch thread), the median of ``--repeats``
 rounds, so other processes on a shared machine do not enter it.
 """
@@ -22,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -49,59 +51,81 @@ def cpu_seconds(layers: Sequence[tuple[int, Layer]], rows: int, repeats: int) ->
     return statistics.median(times[1:])
 
 
-def systems(ops: Any, limit: int) -> tuple[dict[str, list[tuple[int, Layer]]], dict[str, int]]:
-    """Each system's layers (in features, callable) and its weight bytes."""
+class Weights(NamedTuple):
+    """The file's Q4_1 projections and what each system makes of them."""
+
+    q41: list[torch.Tensor]  # the file's blocks
+    fp32: list[torch.Tensor]  # their dequantized values
+    q80: list[torch.Tensor]  # fp32 requantized to Q8_0 blocks
+    int8: list[tuple[torch.Tensor, torch.Tensor]]  # fp32 as per-channel int8 (codes, scale)
+
+
+def file_weights(limit: int) -> Weights:
     import gguf
 
     reader = gguf.GGUFReader(str(bundled_model_path()))
     q41 = [torch.from_numpy(t.data.copy()) for t in reader.tensors if int(t.tensor_type) == 3]
-    q41 = q41[:limit]
-    fp32 = [qr.dequantize(b, qr.Q4_1.type_id) for b in q41]
+    fp32 = [qr.dequantize(b, qr.Q4_1.type_id) for b in q41[:limit]]
     q80 = [
         torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q8_0))
         for w in fp32
     ]
-    int8 = [qr.quantize_int8(w) for w in fp32]
-    packed = [PackedLinear(torch.nn.Linear(w.shape[1], w.shape[0], bias=False)) for w in fp32]
-    for p, w in zip(packed, fp32, strict=True):
-        p.packed = torch.ops.mkldnn._reorder_linear_weight(w, None)
+    return Weights(q41[:limit], fp32, q80, [qr.quantize_int8(w) for w in fp32])
 
-    def skinny_fn(w: torch.Tensor) -> Layer:
-        return lambda x: ops.skinny_linear(x, w)
 
-    def int8_fn(q: torch.Tensor, s: torch.Tensor) -> Layer:
-        return lambda x: ops.int8_linear(x, q, s)
+def quantized_systems(module: Any, w: Weights, suffix: str = "") -> dict[str, list[Any]]:
+    """``module``'s `gguf_linear` on the Q4_1 and Q8_0 blocks and its `int8_linear`."""
 
     def gguf_fn(b: torch.Tensor, t: int) -> Layer:
-        return lambda x: ops.gguf_linear(x, b, t)
+        return lambda x: module.gguf_linear(x, b, t)
 
-    def deq_fn(b: torch.Tensor, t: int) -> Layer:
-        return lambda x: F.linear(x, ops.gguf_dequantize(b, t))
+    def int8_fn(q: torch.Tensor, s: torch.Tensor) -> Layer:
+        return lambda x: module.int8_linear(x, q, s)
 
-    def deq_onednn_fn(b: torch.Tensor, t: int) -> Layer:
+    return {
+        "q4_1" + suffix: [(f.shape[1], gguf_fn(b, 3)) for f, b in zip(w.fp32, w.q41, strict=True)],
+        "q8_0" + suffix: [(f.shape[1], gguf_fn(b, 8)) for f, b in zip(w.fp32, w.q80, strict=True)],
+        "int8" + suffix: [(q.shape[1], int8_fn(q, s)) for q, s in w.int8],
+    }
+
+
+def systems(
+    ops: Any, limit: int, avx2: Any = None
+) -> tuple[dict[str, list[tuple[int, Layer]]], dict[str, int]]:
+    """Each system's layers (in features, callable) and its weight bytes; ``avx2``: the
+    haswell build, whose quantized kernels join as ``*_avx2``."""
+    w = file_weights(limit)
+    packed = [PackedLinear(torch.nn.Linear(f.shape[1], f.shape[0], bias=False)) for f in w.fp32]
+    for p, f in zip(packed, w.fp32, strict=True):
+        p.packed = torch.ops.mkldnn._reorder_linear_weight(f, None)
+
+    def skinny_fn(f: torch.Tensor) -> Layer:
+        return lambda x: ops.skinny_linear(x, f)
+
+    def deq_fn(b: torch.Tensor) -> Layer:
+        return lambda x: F.linear(x, ops.gguf_dequantize(b, 3))
+
+    def deq_onednn_fn(b: torch.Tensor) -> Layer:
         def run(x: torch.Tensor) -> torch.Tensor:
-            packed = torch.ops.mkldnn._reorder_linear_weight(ops.gguf_dequantize(b, t), None)
+            packed = torch.ops.mkldnn._reorder_linear_weight(ops.gguf_dequantize(b, 3), None)
             return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
         return run
 
-    def each(fn: Callable[[torch.Tensor, int], Layer], blocks: list[torch.Tensor], t: int) -> Any:
-        return [(w.shape[1], fn(b, t)) for w, b in zip(fp32, blocks, strict=True)]
-
+    ks = [f.shape[1] for f in w.fp32]
     found: dict[str, list[tuple[int, Layer]]] = {
-        "fp32_onednn": [(w.shape[1], p) for w, p in zip(fp32, packed, strict=True)],
-        "fp32_skinny": [(w.shape[1], skinny_fn(w)) for w in fp32],
-        "q4_1": each(gguf_fn, q41, 3),
-        "q4_1_deq": each(deq_fn, q41, 3),
-        "q4_1_deq_onednn": each(deq_onednn_fn, q41, 3),
-        "q8_0": each(gguf_fn, q80, 8),
-        "int8": [(q.shape[1], int8_fn(q, s)) for q, s in int8],
+        "fp32_onednn": list(zip(ks, packed, strict=True)),
+        "fp32_skinny": [(k, skinny_fn(f)) for k, f in zip(ks, w.fp32, strict=True)],
+        "q4_1_deq": [(k, deq_fn(b)) for k, b in zip(ks, w.q41, strict=True)],
+        "q4_1_deq_onednn": [(k, deq_onednn_fn(b)) for k, b in zip(ks, w.q41, strict=True)],
+        **quantized_systems(ops, w),
+        **(quantized_systems(avx2, w, "_avx2") if avx2 is not None else {}),
     }
     nbytes = {
-        "fp32_onednn": sum(w.numel() * 4 for w in fp32),
-        "q4_1": sum(b.numel() for b in q41),
-        "q8_0": sum(b.numel() for b in q80),
-        "int8": sum(q.numel() + s.numel() * 4 for q, s in int8),
+        "fp32_onednn": sum(f.numel() * 4 for f in w.fp32),
+        "q4_1": sum(b.numel() for b in w.q41),
+        "q8_0": sum(b.numel() for b in w.q80),
+        "int8": sum(q.numel() + s.numel() * 4 for q, s in w.int8),
     }
     return found, nbytes
 
@@ -112,13 +136,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--layers", type=int, default=210, help="projections of the file to run")
+    p.add_argument("--avx2", action="store_true", help="also the -march=haswell build's kernels")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     ops = cpu_ops.load()
-    if ops is None:
-        raise SystemExit(f"C++ kernels unavailable: {cpu_ops.unavailable_reason()}")
-    found, nbytes = systems(ops, args.layers)
+    avx2 = cpu_ops.load("haswell") if args.avx2 else None
+    if ops is None or (args.avx2 and avx2 is None):
+        reason = cpu_ops.unavailable_reason() or cpu_ops.unavailable_reason("haswell")
+        raise SystemExit(f"C++ kernels unavailable: {reason}")
+    found, nbytes = systems(ops, args.layers, avx2)
     print("weight MB: " + ", ".join(f"{k} {v / 1e6:.1f}" for k, v in nbytes.items()))
     report: dict[str, Any] = {"threads": args.threads, "weight_bytes": nbytes, "rows": {}}
     with torch.inference_mode():

@@ -1,5 +1,10 @@
 """`gguf_linear`, `gguf_dequantize` and `int8_linear` (kernels/cpu_quant_linear.cpp) against the
-torch references in kernels/quant_reference.py, over odd shapes."""
+torch references in kernels/quant_reference.py, over odd shapes.
+
+Every test runs twice: on the build for this machine and on one made with ``-march=haswell``
+(`cpu_ops.load("haswell")`), which compiles the AVX2 code paths (2 x 2 accumulators, two ymm
+per 16 floats) even on an AVX-512 machine. That second build is a module of its own, about a
+minute on 2 cores the first time, so its cases are marked slow."""
 
 from __future__ import annotations
 
@@ -14,12 +19,22 @@ from kernels import quant_reference as qr
 gguf = pytest.importorskip("gguf")
 from gguf.quants import quantize  # noqa: E402
 
+# The machine's own build, and the AVX2 one.
+ISAS = ["native", pytest.param("haswell", marks=pytest.mark.slow)]
 
-@pytest.fixture(scope="module")
-def ops() -> ModuleType:
-    module = cpu_ops.load()
-    assert module is not None, cpu_ops.unavailable_reason()
+
+@pytest.fixture(scope="module", params=ISAS)
+def ops(request: pytest.FixtureRequest) -> ModuleType:
+    module = cpu_ops.load(request.param)
+    assert module is not None, cpu_ops.unavailable_reason(request.param)
+    if request.param == "haswell":
+        assert module.quant_isa() == "avx2"
     return module
+
+
+def test_the_haswell_build_is_a_module_of_its_own() -> None:
+    assert cpu_ops.module_name("haswell") != cpu_ops.module_name()
+    assert cpu_ops.module_name() == cpu_ops.module_name(cpu_ops.NATIVE)
 
 
 def random_blocks(fmt: qr.BlockFormat, n: int, k: int, seed: int) -> torch.Tensor:
