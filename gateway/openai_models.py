@@ -6,19 +6,21 @@ a 422 naming ``sampling.<field>``), ``response_format`` onto its ``structure`` c
 constraint on the call's JSON (``openai_tools``). Ones we cannot (``echo``, ``suffix``,
 ``best_of`` other than ``n``, legacy ``functions``, vLLM's ``guided_*``) are refused with a
 422 that names them rather than silently ignored, so a client never believes it got behaviour
-it did not. Other unknown fields are ignored, as OpenAI's SDKs send new ones before servers
-know them. Numbers are strict, as on the wire (``WireInt``): ``"max_tokens": true`` or ``"2"``
-is a 422, not 1 or 2.
+it did not. Other unknown fields of the request are ignored, as OpenAI's SDKs send new ones
+before servers know them; a message's are refused when given a value (``openai_messages``).
+Numbers are strict, as on the wire (``WireInt``): ``"max_tokens": true`` or ``"2"`` is a 422,
+not 1 or 2.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import ApiError
-from gateway.openai_tools import ChatTools, ResponseFormat, ToolCallIn
+from gateway.openai_messages import ChatMessageIn, job_messages
+from gateway.openai_tools import ChatTools, ResponseFormat
 from producer.protocol import MAX_CHOICES, WireBool, WireFloat, WireInt
 from producer.webhook_spec import WebhookSpec
 
@@ -143,32 +145,6 @@ class CompletionRequest(OpenAIRequest):
         raise ApiError(422, "prompt: give one prompt (a string or a list of token ids)")
 
 
-class ContentPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessageIn(BaseModel):
-    # "developer" is OpenAI's new name for "system"; the chat template knows only the old one.
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    tool_calls: list[ToolCallIn] | None = None  # an assistant's calls, sent back next turn
-    tool_call_id: str | None = None  # a tool message: the call it answers
-
-    def as_message(self) -> dict[str, Any]:
-        """The job's ``ChatMessage`` fields (``producer.messages`` checks them)."""
-        content = self.content
-        if isinstance(content, list):
-            content = "".join(part.text for part in content)
-        role = "system" if self.role == "developer" else self.role
-        message: dict[str, Any] = {"role": role, "content": content or ""}
-        if self.tool_calls:
-            message["tool_calls"] = [call.model_dump() for call in self.tool_calls]
-        if self.tool_call_id is not None:
-            message["tool_call_id"] = self.tool_call_id
-        return message
-
-
 class ChatCompletionRequest(ChatTools, OpenAIRequest):
     """``POST /v1/chat/completions``: the messages (and tools) go through the model's chat
     template."""
@@ -195,7 +171,7 @@ class ChatCompletionRequest(ChatTools, OpenAIRequest):
         return tools if tools is not None else formats
 
     def prompt_fields(self) -> dict[str, Any]:
-        messages = [m.as_message() for m in self.messages]
+        messages = job_messages(self.messages)
         tools = self.job_tools()
         return {"messages": messages, **({"tools": tools} if tools is not None else {})}
 

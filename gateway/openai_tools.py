@@ -49,15 +49,32 @@ class ResponseFormat(BaseModel):
         return {"type": "json_schema", "schema": self.json_schema.schema_, "strict": strict}
 
 
+def refused_fields(model: BaseModel, echoes: tuple[str, ...] = ()) -> list[str]:
+    """The fields of ``model`` given a value it does not declare: refused by name (a null is
+    a field left out). ``echoes``: fields an SDK sends back beside ours, copies of them."""
+    extra = model.model_extra or {}
+    return [k for k, v in extra.items() if v is not None and k not in echoes]
+
+
 class FunctionCallIn(FunctionCall):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="allow")
 
 
 class ToolCallIn(ToolCall):
-    """A call as a client sends it back; fields OpenAI's SDKs add beside ours are dropped."""
+    """A call as a client sends it back (``openai_messages`` says what it may carry)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="allow")
     function: FunctionCallIn
+
+    def refused(self) -> list[str]:
+        # parsed_arguments: the SDK's parse() copy of the arguments, sent back beside them.
+        fn = [f"function.{k}" for k in refused_fields(self.function, ("parsed_arguments",))]
+        return refused_fields(self) + fn
+
+    def as_call(self) -> dict[str, Any]:
+        """The job's ``ToolCall`` fields."""
+        function = {"name": self.function.name, "arguments": self.function.arguments}
+        return {"id": self.id, "type": self.type, "function": function}
 
 
 class FunctionChoice(BaseModel):

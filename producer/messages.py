@@ -40,9 +40,14 @@ class ChatMessage(Frozen):
     content: str = ""  # an assistant message that only calls tools has none
     tool_calls: tuple[ToolCall, ...] | None = None  # assistant messages only
     tool_call_id: str | None = Field(default=None, min_length=1, max_length=128)  # tool only
+    # OpenAI's participant name (not on tool messages), under a function name's rule: nothing
+    # a template would have to escape. Rendered as ``worker.engine.chat_tools`` says.
+    name: FunctionName | None = None
 
     @model_validator(mode="after")
     def _tool_fields_by_role(self) -> ChatMessage:
+        if self.name is not None and self.role == "tool":
+            raise ValueError("a tool message carries no name (its tool_call_id names the call)")
         if self.tool_calls is not None and self.role != "assistant":
             raise ValueError("only an assistant message carries tool_calls")
         if self.tool_call_id is not None and self.role != "tool":

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from gateway.tool_calls import ToolMode
 from producer.messages import ChatMessage, ToolSpec
-from worker.engine.chat_tools import template_knows_tools
+from worker.engine.chat_tools import template_knows_tools, template_shows_names
 from worker.engine.prompt import InvalidRequestError, encode_prompt
 
 WEATHER = ToolSpec.model_validate(
@@ -86,3 +86,21 @@ def test_tools_need_messages(tokenizer: Any) -> None:
     with pytest.raises(InvalidRequestError, match="invalid chat message"):
         encode_prompt(tokenizer, [{"role": "robot", "content": "x"}])
     assert ChatMessage(role="assistant").content == ""
+
+
+def test_names_are_shown_by_the_template_or_as_a_prefix(tokenizer: Any) -> None:
+    named = [{"role": "system", "content": "Be brief.", "name": "ops"},
+             {"role": "user", "content": "Weather?", "name": "ada"}]  # fmt: skip
+    assert not template_shows_names(tokenizer)  # SmolLM2's renders role and content only
+    text = text_of(tokenizer, named)
+    assert "<|im_start|>system\nops: Be brief.<|im_end|>" in text
+    assert "<|im_start|>user\nada: Weather?<|im_end|>" in text
+    with_tools = text_of(tokenizer, named, [WEATHER])  # the generic template keeps it too
+    assert with_tools.startswith("<|im_start|>system\nops: Be brief.\n\nYou can call")
+    shows = copy.deepcopy(tokenizer)
+    shows.chat_template = (
+        "{% for m in messages %}[{{ m.role }}{% if m.name %} {{ m.name }}{% endif %}]"
+        "{{ m.content }}\n{% endfor %}"
+    )
+    assert template_shows_names(shows)
+    assert text_of(shows, named) == "[system ops]Be brief.\n[user ada]Weather?\n"
