@@ -1,17 +1,19 @@
 """The chunks a streamed OpenAI response is made of, event by event (``openai_stream``).
 
 A ``ChunkWriter`` lives for one stream: with tools, each choice's text goes through a
-``tool_calls.ToolStream``, which holds back what may be a call until the choice ends; the calls
-then go out as ``delta.tool_calls`` chunks (per call its id, type and name, then its
-arguments) and the choice ends with ``tool_calls``. Logprobs ride on the chunk of the tokens
-they belong to (a chunk with an empty delta while the text is held).
+``tool_calls.ToolStream``, which turns it into content and ``delta.tool_calls`` chunks (per call
+one with its id, type and name, then its arguments: as they are written for ``required`` and a
+named function, whose outputs are calls by construction, at the choice's end for ``auto``, whose
+text is held while it may be a call) and ends a choice that made calls with ``tool_calls``.
+Logprobs ride on the first chunk of the tokens they belong to (a chunk with an empty delta while
+the text is held).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.tool_calls import ToolStream, call_deltas, calls_reason
+from gateway.tool_calls import ToolStream, calls_reason
 from producer.protocol import DoneEvent, Event, TokenEvent
 
 if TYPE_CHECKING:
@@ -50,24 +52,26 @@ class ChunkWriter:
                 return []
             return [self._chunk(event.choice, {"text": event.text}, logprobs=logprobs)]
         stream = self._stream(event.choice)
-        text = event.text if stream is None else stream.feed(event.text)
-        if not text and not logprobs:
-            return []
-        delta = {"role": "assistant", "content": text} if text else {}
-        return [self._chunk(event.choice, {"delta": delta}, logprobs=logprobs)]
+        text, calls = (event.text, []) if stream is None else stream.feed(event.text)
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": text}] if text else []
+        deltas += [{"tool_calls": c} for c in calls]
+        if not deltas and logprobs:
+            deltas = [{}]
+        return [self._chunk(event.choice, {"delta": d}, logprobs=logprobs if i == 0 else None)
+                for i, d in enumerate(deltas)]  # fmt: skip
 
     def _ends(self, reasons: dict[int, str]) -> list[dict[str, Any]]:
         chunks, finals = [], []
         for index, reason in sorted(reasons.items()):
             stream = self._stream(index) if self.shape.chat else None
             if stream is not None:
-                rest, calls = stream.finish()
+                rest, calls, called = stream.finish()
                 if rest:
                     delta = {"role": "assistant", "content": rest}
                     chunks.append(self._chunk(index, {"delta": delta}))
-                for calls_delta in call_deltas(calls):
+                for calls_delta in calls:
                     chunks.append(self._chunk(index, {"delta": {"tool_calls": calls_delta}}))
-                reason = calls_reason(reason) if calls else reason
+                reason = calls_reason(reason) if called else reason
             last: dict[str, Any] = {"delta": {}} if self.shape.chat else {"text": ""}
             finals.append(self.shape.choice(index, last, reason))
         return [*chunks, self.shape.envelope(finals, chunk=True)]

@@ -8,9 +8,12 @@
 - ``required``: the output was constrained to a JSON array of ``{name, arguments}``.
 - a named function: the output was constrained to that function's arguments.
 
-An output cut by ``max_tokens`` (finish reason ``length``) gives the calls made whole before
-the cut (the items of ``required``'s array that closed), or none and its text as ``content``:
-never a call that would not parse.
+A constrained call's ``arguments`` is the model's own text (the span of the value it wrote), so
+a stream can send it as it is written (``ToolStream``) and the same request unstreamed answers
+the same string. An output cut by ``max_tokens`` (finish reason ``length``) gives the calls made
+whole before the cut (the items of ``required``'s array that closed), or none and its text as
+``content``: never a call that would not parse. (Streamed, a call already under way when the
+cut came has been sent in part, as OpenAI's streams do.)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from gateway.call_scanner import CallScanner
 from producer.messages import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 ToolKind = Literal["auto", "required", "named"]
@@ -48,11 +52,16 @@ class ToolMode:
         """The output's content (what is not a call, unstripped: a stream sent its start
         already) and its calls; no calls: the whole text is content."""
         if self.kind == "named":
-            value = _json(text)
-            return ("", [_call(self.names[0], value)]) if isinstance(value, dict) else (text, [])
+            arguments = text.strip()
+            whole = isinstance(_json(arguments), dict)
+            return ("", [Call(self.names[0], arguments)]) if whole else (text, [])
         if self.kind == "required":
-            calls = self._calls(_json(text)) or self._calls(_complete_items(text))
-            return ("", calls) if calls else (text, [])
+            scanner = CallScanner()
+            scanner.feed(text)
+            calls = [Call(c.name or "", scanner.arguments(c)) for c in scanner.calls if c.closed]
+            valid = all(c.name in self.names and isinstance(_json(c.arguments), dict)
+                        for c in calls)  # fmt: skip
+            return ("", calls) if calls and valid else (text, [])
         return self._auto(text)
 
     def _auto(self, text: str) -> tuple[str, list[Call]]:
@@ -91,23 +100,6 @@ def _json(text: str) -> Any:
         return None
 
 
-def _complete_items(text: str) -> list[Any] | None:
-    """The whole items of a JSON array cut short (``max_tokens`` in the middle of a call):
-    a model that repeats calls until its budget ends (SmolLM2-135M at temperature 0.7 did) has
-    made calls that parse before it. None when not one item is whole."""
-    decoder, items = json.JSONDecoder(), list[Any]()
-    at = text.find("[") + 1
-    if not at or text[:at].strip() != "[":
-        return None
-    while True:
-        at = len(text) - len(text[at:].lstrip(" \t\r\n,"))
-        try:
-            item, at = decoder.raw_decode(text, at)
-        except ValueError:
-            return items or None
-        items.append(item)
-
-
 def _call(name: str, arguments: dict[str, Any]) -> Call:
     return Call(name, json.dumps(arguments, ensure_ascii=False))
 
@@ -131,35 +123,47 @@ def tool_calls_body(calls: list[Call]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def _head(index: int, name: str) -> list[dict[str, Any]]:
+    """The ``delta.tool_calls`` that opens a streamed call: its id, type and name."""
+    return [{"index": index, "id": new_call_id(), "type": "function",
+             "function": {"name": name, "arguments": ""}}]  # fmt: skip
+
+
+def _fragment(index: int, arguments: str) -> list[dict[str, Any]]:
+    return [{"index": index, "function": {"arguments": arguments}}]
+
+
 def call_deltas(calls: list[Call], first_index: int = 0) -> list[list[dict[str, Any]]]:
-    """The ``delta.tool_calls`` of the chunks that stream ``calls``: per call one with its
-    id, type and name (arguments empty), then one with its arguments, as OpenAI streams them."""
+    """The ``delta.tool_calls`` of the chunks that stream whole ``calls``: per call its head
+    (arguments empty), then its arguments, as OpenAI streams them."""
     deltas = []
     for index, call in enumerate(calls, first_index):
-        head = {"index": index, "id": new_call_id(), "type": "function",
-                "function": {"name": call.name, "arguments": ""}}  # fmt: skip
-        deltas.append([head])
-        deltas.append([{"index": index, "function": {"arguments": call.arguments}}])
+        deltas += [_head(index, call.name), _fragment(index, call.arguments)]
     return deltas
 
 
 class ToolStream:
-    """One streamed choice of a request with tools: content is sent as it comes, except what
-    may be a call (from a ``<tool_call>`` tag, or an output that opens with ``{`` or ``[``),
-    which is held until the choice ends and then sent as calls, or as content if it is none.
-    Constrained calls (``required``, named) are held whole: they are calls by construction."""
+    """One streamed choice of a request with tools. ``auto``: content is sent as it comes,
+    except what may be a call (from a ``<tool_call>`` tag, or an output that opens with ``{``
+    or ``[``), held until the choice ends and then sent as calls, or as content if it is none.
+    Constrained (``required``, named): each call is sent as it is written, its head once its
+    name is known, then its arguments' text as it grows (trailing whitespace held back)."""
 
     def __init__(self, mode: ToolMode) -> None:
         self.mode, self.text, self.sent = mode, "", 0
+        self.scanner = CallScanner() if mode.kind == "required" else None
+        self.args_sent: list[int] = []  # per call under way: the arguments' characters sent
 
-    def feed(self, piece: str) -> str:
-        """The content that may go out now."""
+    def feed(self, piece: str) -> tuple[str, list[list[dict[str, Any]]]]:
+        """The content, and the ``delta.tool_calls``, that may go out now."""
         self.text += piece
         if self.mode.kind != "auto":
-            return ""
+            if self.scanner is not None:
+                self.scanner.feed(piece)
+            return "", self._call_deltas()
         end = self._safe_end()
         out, self.sent = self.text[self.sent : end], max(self.sent, end)
-        return out
+        return out, []
 
     def _safe_end(self) -> int:
         text = self.text
@@ -173,8 +177,37 @@ class ToolStream:
                 return len(text) - k
         return len(text)
 
-    def finish(self) -> tuple[str, list[Call]]:
-        """The content not sent yet, and the calls, once the choice has ended."""
+    def _written(self) -> list[tuple[str, str]]:
+        """A constrained output's calls so far, each its name and its arguments' text (what
+        ``ToolMode.parse`` answers once they are whole, so the stream adds up to it)."""
+        if self.scanner is None:  # named: the whole output is the arguments
+            arguments = self.text.strip()
+            return [(self.mode.names[0], arguments)] if arguments else []
+        written = []
+        for call in self.scanner.calls:
+            if call.name is None:
+                break
+            written.append((call.name, self.scanner.arguments(call)))
+        return written
+
+    def _call_deltas(self) -> list[list[dict[str, Any]]]:
+        deltas = []
+        for index, (name, arguments) in enumerate(self._written()):
+            if index == len(self.args_sent):
+                self.args_sent.append(0)
+                deltas.append(_head(index, name))
+            if len(arguments) > self.args_sent[index]:
+                deltas.append(_fragment(index, arguments[self.args_sent[index] :]))
+                self.args_sent[index] = len(arguments)
+        return deltas
+
+    def finish(self) -> tuple[str, list[list[dict[str, Any]]], bool]:
+        """Once the choice has ended: the content not sent yet, the last ``delta.tool_calls``,
+        and whether the choice made calls."""
+        if self.mode.kind != "auto":
+            if self.args_sent:
+                return "", self._call_deltas(), True
+            return self.mode.parse(self.text)[0], [], False
         content, calls = self.mode.parse(self.text)
         rest = content[self.sent :]
-        return (rest if rest.strip() or not calls else ""), calls
+        return (rest if rest.strip() or not calls else ""), call_deltas(calls), bool(calls)

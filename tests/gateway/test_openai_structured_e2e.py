@@ -126,6 +126,44 @@ def test_named_tool_streamed_as_tool_call_chunks(client: openai.OpenAI) -> None:
     _check_calls(calls)
 
 
+def _stream_final(stream: Any) -> tuple[Any, int]:
+    """The accumulated choice of a stream (the SDK's snapshot: its final completion raises on
+    ``length``), and how many chunks carried argument fragments."""
+    state, fragments = ChatCompletionStreamState(), 0
+    for chunk in stream:
+        state.handle_chunk(chunk)
+        calls = chunk.choices[0].delta.tool_calls if chunk.choices else None
+        fragments += sum(bool(c.function and c.function.arguments) for c in calls or ())
+    return state.current_completion_snapshot.choices[0], fragments
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "named"])
+def test_streamed_calls_add_up_to_the_unstreamed_ones(
+    client: openai.OpenAI, tool_choice: str
+) -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    kw = {"tools": TOOLS, "tool_choice": named if tool_choice == "named" else "required",
+          "temperature": 0, "seed": 1, "max_tokens": 120}  # fmt: skip
+    whole = chat(client, **kw).choices[0]
+    streamed, fragments = _stream_final(chat(client, stream=True, **kw))
+    assert streamed.finish_reason == whole.finish_reason
+    expected = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+    got = [(c.function.name, c.function.arguments) for c in streamed.message.tool_calls]
+    # Cut by max_tokens, the stream also sent the call under way (the whole answer drops it).
+    assert got == expected if whole.finish_reason == "tool_calls" else got[: len(expected)]
+    assert fragments > len(got)  # the arguments came in pieces, as they were written
+    _check_calls(whole.message.tool_calls)
+
+
+def test_names_and_refused_message_fields(client: openai.OpenAI) -> None:
+    named = [{"role": "user", "content": "Describe the weather.", "name": "ada"}]
+    anonymous = chat(client, max_tokens=1).usage.prompt_tokens
+    assert chat(client, messages=named, max_tokens=1).usage.prompt_tokens > anonymous
+    answer = {"role": "assistant", "content": "Sunny.", "audio": {"id": "audio_1"}}
+    with pytest.raises(openai.UnprocessableEntityError, match=r"messages\.1\.audio"):
+        chat(client, messages=[*ASK, answer], max_tokens=1)
+
+
 def test_the_next_turn_takes_tool_messages(client: openai.OpenAI) -> None:
     first = chat(client, tools=TOOLS, tool_choice="required", max_tokens=120)
     message = first.choices[0].message
