@@ -2,7 +2,8 @@
 
 Strict priority starves: under an unbroken stream of interactive jobs a batch job never starts.
 With aging, a job's effective priority is its priority less ``rate_per_s`` for every second since
-its submission (its wait in Redis, ``EngineRequest.waited_s``, counts), never past
+its submission (``EngineRequest.arrival_time``: its wait in Redis, in the worker's inbox and
+while its constraint compiles all count), never past
 ``MIN_PRIORITY`` (the most urgent a client may ask): ``effective_priority``, the one rule, used
 here and by the worker's band reader (``worker/service/bands.py``) on the heads of the Redis
 streams. Every job ages at the same rate from its own submission, so the order of two jobs
@@ -54,9 +55,10 @@ class Aging:
         """Read the clock once per step: every decision of one step sees the same ages."""
         self.now = self.clock()
 
-    def arrive(self, seq: Sequence, waited_s: float = 0.0) -> None:
-        """``seq`` reached the engine after waiting ``waited_s`` since its submission."""
-        self._arrived_s.setdefault(seq.seq_id, self.clock() - max(0.0, waited_s))
+    def arrive(self, seq: Sequence, arrival_s: float | None = None) -> None:
+        """``seq`` reached the scheduler; it was submitted at ``arrival_s`` on ``clock``
+        (None: now). A second call keeps the first arrival."""
+        self._arrived_s.setdefault(seq.seq_id, self.clock() if arrival_s is None else arrival_s)
 
     def forget(self, seq: Sequence) -> None:
         self._arrived_s.pop(seq.seq_id, None)

@@ -25,9 +25,10 @@ class EngineRequest:
     Within a priority, ``tenant``s share the batch by fair share. Only requests with the same
     ``cache_salt`` (e.g. a tenant id) share cached prefix blocks. ``resume[i]``: the output
     tokens choice ``i`` produced in an earlier run (a worker that died); it continues after
-    them, its text and seeded sampling as if it had never stopped. ``waited_s``: seconds it
-    had already waited when it reached the engine (in Redis since submission): aging counts
-    from then (``aging.py``)."""
+    them, its text and seeded sampling as if it had never stopped. ``arrival_time``: when it
+    was submitted, on the engine's clock (``time.monotonic``, the scheduler's): aging counts
+    from then (``aging.py``), so its wait in Redis, in the worker's inbox and while its
+    constraint compiles all age it; None: when ``LLMEngine.add_request`` first takes it."""
 
     request_id: str
     prompt_token_ids: tuple[int, ...]
@@ -36,7 +37,7 @@ class EngineRequest:
     tenant: str = "default"
     cache_salt: str | None = None
     resume: tuple[tuple[int, ...], ...] = ()
-    waited_s: float = 0.0
+    arrival_time: float | None = None
 
     def __post_init__(self) -> None:
         # Any sequence of ints is taken (a list, a tokenizer's ids) and frozen as a tuple.

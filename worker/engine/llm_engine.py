@@ -100,6 +100,8 @@ class LLMEngine:
         if request_id in self._requests:
             raise InvalidRequestError(f"request {request_id!r} is already in the engine")
         self._validate(request)
+        if request.arrival_time is None:  # aged from here: a constraint's compile counts too
+            request = dataclasses.replace(request, arrival_time=self.scheduler.aging.clock())
         if self._constraints.hold(request):  # compiling: added by _schedule once compiled
             return
         arrival = next(self._arrivals)
@@ -109,7 +111,7 @@ class LLMEngine:
             self._states[state.seq.seq_id] = state
         if live:
             self._requests[request_id] = states
-            self.scheduler.add(live[0].seq, [s.seq for s in live[1:]], request.waited_s)
+            self.scheduler.add(live[0].seq, [s.seq for s in live[1:]], request.arrival_time)
 
     def add_prompt(
         self,

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 from worker.engine.admission import Admission
 from worker.engine.aging import Aging, Clock
+from worker.engine.batch_cap import BatchRowCap
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.fair_share import FairShare
@@ -53,6 +54,7 @@ class Scheduler:
         self._timer = StepTimer(self.step_cost)
         self.last_allowance: PrefillAllowance | None = None  # of the last step, if it had one
         self.lane = FirstTokenLane(config.first_token_lane_steps)
+        self.batch_cap = BatchRowCap(config.urgent_batch_rows)
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
         self.preemptions_by_reason: Counter[str] = Counter()
@@ -73,9 +75,11 @@ class Scheduler:
 
     # -- requests in and out -------------------------------------------------------------------
 
-    def add(self, seq: Sequence, forks: Iterable[Sequence] = (), waited_s: float = 0.0) -> None:
-        """Queue a new sequence; it is considered at the next `schedule`. ``waited_s``: how long
-        its request waited before it reached the engine (in Redis): it ages from then.
+    def add(
+        self, seq: Sequence, forks: Iterable[Sequence] = (), arrival_s: float | None = None
+    ) -> None:
+        """Queue a new sequence; it is considered at the next `schedule`. ``arrival_s``: when
+        its request was submitted, on the scheduler's clock (None: now): it ages from then.
 
         ``forks`` are the same request's other choices. With prefix caching, and a prompt of at
         least one full block, they wait until ``seq`` has computed the prompt and then start
@@ -86,7 +90,7 @@ class Scheduler:
         for s in (seq, *forks):
             s.status = SequenceStatus.WAITING
             self.fair_share.activate(s.tenant)
-            self.aging.arrive(s, waited_s)
+            self.aging.arrive(s, arrival_s)
         self.waiting.add(seq)
         bm = self.block_manager
         if forks and bm.prefix_cache is not None and seq.num_prompt_tokens > bm.block_size:
@@ -134,7 +138,9 @@ class Scheduler:
         self._timer.begin(self.aging.now, busy=bool(self.running))
         plan = StepPlan(self.config.max_num_batched_tokens)
         preempted: list[Sequence] = []
-        rows, held = self.lane.split(self.running, self._lane_head(), plan.token_budget)
+        head = self._lane_head()
+        running, _ = self.batch_cap.split(self.running, head, self.aging.now)  # out: next steps
+        rows, held = self.lane.split(running, head, plan.token_budget)
         # Decodes first: they cost one token each and set every user's time per output token.
         decodes = [s for s in rows if s.num_uncomputed_tokens == 1]
         chunks = [s for s in rows if s.num_uncomputed_tokens > 1]

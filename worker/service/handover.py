@@ -56,8 +56,8 @@ class Handover:
             tenant=spec.tenant,
             cache_salt=self.cache_salt(spec),
             resume=resume,
-            # Its wait since submission, on the Redis clock: the engine ages it from then.
-            waited_s=max(0.0, time.time() + self.clock_offset_s - submitted_at),
+            # Its submission moved onto the engine's clock: the engine ages it from then.
+            arrival_time=self.arrival_time(submitted_at),
         )
         return AdmittedJob(
             request,
@@ -71,6 +71,12 @@ class Handover:
             first_token_at=first_token_at,
             terminal_webhook=spec.webhook is not None and spec.webhook.wants(Hook.TERMINAL),
         )
+
+    def arrival_time(self, submitted_at: float) -> float:
+        """``submitted_at`` (Redis clock, unix s) on the engine's clock (``time.monotonic``):
+        now less the wait since, which counts from the Redis clock, never negative."""
+        waited_s = max(0.0, time.time() + self.clock_offset_s - submitted_at)
+        return time.monotonic() - waited_s
 
     def cache_salt(self, spec: JobSpec) -> str | None:
         """Isolated (the default), the tenant is always part of the salt: a job cannot name
