@@ -87,6 +87,9 @@ class SchedulerConfig:
     # gets its first token in a step of its own cost (first_token.py); 0: off. 2: two chats
     # arriving together both get the lane, and batch decodes skip at most 2 steps in 3.
     first_token_lane_steps: int = 2
+    # Batch-band decodes a step plans at most while a more urgent job runs, or ran less than
+    # a second ago (batch_cap.py): a chat then waits for a shorter step in progress. 0: off.
+    urgent_batch_rows: int = 0
 
     @cached_property  # read every step
     def tpot_targets_s(self) -> dict[str, float]:
@@ -109,6 +112,8 @@ class SchedulerConfig:
             raise InvalidConfigError("aging_per_s must be >= 0")
         if self.first_token_lane_steps < 0:
             raise InvalidConfigError("first_token_lane_steps must be >= 0")
+        if self.urgent_batch_rows < 0:
+            raise InvalidConfigError("urgent_batch_rows must be >= 0")
         # Every running decode must fit in one step's budget, or decodes would stall.
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise InvalidConfigError("max_num_batched_tokens must be >= max_num_seqs")
@@ -232,5 +237,6 @@ class EngineConfig:
                 min_prefill_chunk_tokens=args.min_prefill_chunk_tokens,
                 aging_per_s=args.aging_per_s,
                 first_token_lane_steps=args.first_token_lane_steps,
+                urgent_batch_rows=args.urgent_batch_rows,
             ),
         )

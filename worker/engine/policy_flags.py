@@ -54,3 +54,10 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         help="consecutive steps that may leave batch rows out for an interactive job's first "
         f"token (default {lane}; 0: off)",
     )
+    g.add_argument(
+        "--urgent-batch-rows",
+        type=int,
+        default=SchedulerConfig.urgent_batch_rows,
+        help="batch decodes a step plans at most while a more urgent job is about, so a new "
+        "chat waits for a shorter step (default 0: off)",
+    )

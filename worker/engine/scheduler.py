@@ -75,11 +75,9 @@ class Scheduler:
 
     # -- requests in and out -------------------------------------------------------------------
 
-    def add(
-        self, seq: Sequence, forks: Iterable[Sequence] = (), arrival_s: float | None = None
-    ) -> None:
-        """Queue a new sequence; it is considered at the next `schedule`. ``arrival_s``: when
-        its request was submitted, on the scheduler's clock (None: now): it ages from then.
+    def add(self, seq: Sequence, forks: Iterable[Sequence] = (), waited_s: float = 0.0) -> None:
+        """Queue a new sequence; it is considered at the next `schedule`. ``waited_s``: how long
+        its request waited before it reached the engine (in Redis): it ages from then.
 
         ``forks`` are the same request's other choices. With prefix caching, and a prompt of at
         least one full block, they wait until ``seq`` has computed the prompt and then start
@@ -90,7 +88,7 @@ class Scheduler:
         for s in (seq, *forks):
             s.status = SequenceStatus.WAITING
             self.fair_share.activate(s.tenant)
-            self.aging.arrive(s, arrival_s)
+            self.aging.arrive(s, waited_s)
         self.waiting.add(seq)
         bm = self.block_manager
         if forks and bm.prefix_cache is not None and seq.num_prompt_tokens > bm.block_size:
