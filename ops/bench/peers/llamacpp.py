@@ -84,6 +84,15 @@ def wait_healthy(client: httpx.Client, proc: subprocess.Popen[bytes], timeout_s:
     raise TimeoutError(f"llama-server not healthy after {timeout_s} s")
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """End the server: SIGTERM, then SIGKILL after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 async def complete(client: httpx.AsyncClient, prompt: list[int], n: int) -> dict[str, Any]:
     """One streamed greedy completion of exactly ``n`` tokens: its ids, TTFT and timings."""
     body = {
@@ -171,11 +180,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         startup_s = time.perf_counter() - started
         wall, results = asyncio.run(run_all(args.port, requests))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     result = summarize(args, requests, wall, results)
     result["startup_s"] = startup_s
     result["config"] = {
