@@ -5,6 +5,8 @@ Joined per probe (all on this host's clock; the Redis server runs here too):
 - ``gateway_in``: the client's send to the job's ``submitted_at`` (the gateway's XADD);
 - ``queued``, ``inbox``, ``to_step``, ``step``: the worker's ``job_first_token`` log line
   (``worker/service/first_token_trace.py``: claim, engine admission, the first-token step);
+  ``after_step`` (and its tokens, in the slowest probes' lists): the step the loop ran last
+  before it took the job in, the one a job that arrived mid-step waited for;
 - ``publish``: the first token built to its event's XADD (the event's stream id, in ms);
 - ``gateway_out``: that XADD to the client's first text chunk (OpenAI probe only).
 
@@ -66,7 +68,9 @@ def probe_split(
         if first_at is not None:
             ms["gateway_out"] = 1000 * (first_at - published_at)
     ms["ttft"] = 1000 * (first_at - sent_at if first_at is not None else record["ttft_s"])
+    ms["after_step"] = 1000 * float(record.get("after_step_s", 0.0))
     ms["steps"] = float(record["steps"])
+    ms["after_step_tokens"] = float(record.get("after_step_tokens", 0))
     return ms
 
 
@@ -97,7 +101,8 @@ def trace_report(probes: Probes, url: str, prefix: str, log_dir: Path) -> dict[s
 
 
 def _columns(splits: list[dict[str, float]]) -> Iterable[tuple[str, list[float]]]:
-    names = dict.fromkeys(name for split in splits for name in split if name != "steps")
+    counts = ("steps", "after_step_tokens")
+    names = dict.fromkeys(name for split in splits for name in split if name not in counts)
     for name in names:
         values = [split[name] / 1000 for split in splits if name in split]  # summary takes s
         yield name, values

@@ -30,7 +30,9 @@ def test_the_split_adds_up_to_the_ttft(monkeypatch: pytest.MonkeyPatch) -> None:
     log, metrics = Log(), Metrics()
     trace = FirstTokenTrace(log, metrics)  # type: ignore[arg-type]
     job = make_job(interval=1)  # submitted 100.0, claimed 100.5, Redis clock = this host's
+    trace.stepped(0.2, 12)  # the step it waited for
     trace.admitted(job, step=7, now=100.75)
+    trace.stepped(0.05, 3)
     assert len(trace) == 1
     monkeypatch.setattr("time.time", lambda: 101.0)  # the first token event is built at 101.0
     job.on_output(out([5], "a"))
@@ -43,6 +45,7 @@ def test_the_split_adds_up_to_the_ttft(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fields["to_step_s"] == pytest.approx(0.15)
     assert fields["step_s"] == pytest.approx(0.1)
     assert fields["steps"] == 2 and fields["ttft_s"] == pytest.approx(1.0)
+    assert fields["after_step_s"] == 0.2 and fields["after_step_tokens"] == 12
     parts = ("queued_s", "inbox_s", "to_step_s", "step_s")
     assert sum(fields[name] for name in parts) == pytest.approx(fields["ttft_s"])
     assert metrics.ttfts == [("default", pytest.approx(1.0))]

@@ -5,7 +5,8 @@ seconds on the line the worker writes when the job's first token event is built:
 
 - ``queued_s``: submit to the claim (the entry waiting in Redis, then intake reading it);
 - ``inbox_s``: the claim to the model loop taking the job from the inbox and adding it to the
-  engine (the loop finishes the step it is in first);
+  engine (the loop finishes the step it is in first: ``after_step_s`` long, of
+  ``after_step_tokens`` tokens, is the last step before the job went in);
 - ``to_step_s``: from there to the start of the step that gave the first token (``steps``:
   how many steps ran in between; more than 0 when a step left it waiting or it was chunked);
 - ``step_s``: that step, from its start to its outputs.
@@ -26,6 +27,8 @@ from worker.service.metrics import WorkerMetrics
 class _Admitted(NamedTuple):
     at: float  # this host's time.time()
     step: int  # steps the loop had run before
+    after_step_s: float  # the last of them: how long it took, and its tokens
+    after_step_tokens: int
 
 
 class FirstTokenTrace:
@@ -36,15 +39,20 @@ class FirstTokenTrace:
         self._log = log
         self._metrics = metrics
         self._admitted: dict[str, _Admitted] = {}
+        self._last_step = (0.0, 0)  # the loop's last step: seconds, batched tokens
 
     def __len__(self) -> int:
         return len(self._admitted)
+
+    def stepped(self, step_s: float, num_batched_tokens: int) -> None:
+        """The loop ran a step of ``step_s`` seconds (forward to outputs handled)."""
+        self._last_step = (step_s, num_batched_tokens)
 
     def admitted(self, job: ActiveJob, step: int, now: float | None = None) -> None:
         """``job`` went into the engine after ``step`` steps."""
         if job.first_token_at is None:
             at = time.time() if now is None else now
-            self._admitted[job.job.job_id] = _Admitted(at, step)
+            self._admitted[job.job.job_id] = _Admitted(at, step, *self._last_step)
 
     def first_token(self, job: ActiveJob, step: int, step_started_at: float) -> None:
         """``job``'s first token came out of step number ``step`` (counted from 0), which
@@ -68,6 +76,8 @@ class FirstTokenTrace:
             to_step_s=round(step_started_at - admitted.at, 6),
             step_s=round(job.first_token_at - offset - step_started_at, 6),
             steps=step - admitted.step,
+            after_step_s=round(admitted.after_step_s, 6),
+            after_step_tokens=admitted.after_step_tokens,
             ttft_s=round(ttft_s, 6),
         )
 

@@ -23,6 +23,7 @@ from worker.engine.llm_engine import InvalidRequestError, LLMEngine
 from worker.engine.outputs import RequestOutput
 from worker.service.cancels import CancelListener, EarlyCancels
 from worker.service.config import WorkerConfig
+from worker.service.deadlines import end_past_deadline
 from worker.service.error_codes import error_code
 from worker.service.first_token_trace import FirstTokenTrace
 from worker.service.inbox import Inbox
@@ -130,7 +131,7 @@ class JobWorker:
         """One loop iteration: admit, cancel, run one engine step, hand its events over."""
         self._admit()
         self._apply_cancels()
-        self._check_deadlines()
+        self._aborts_pending |= end_past_deadline(self.active, self.engine, self._log)
         draining = self.stop_event.is_set()
         if not (self.engine.has_unfinished() or self._aborts_pending):
             self.publisher.publish(self.reporter.heartbeat(draining))
@@ -149,6 +150,7 @@ class JobWorker:
         generated = sum(len(out.new_token_ids) for out in outputs)
         step_s = time.perf_counter() - started
         batched = self.engine.last_num_batched_tokens
+        self._first_tokens.stepped(step_s, batched)
         self.reporter.step(self.active, step_s, batched, generated, self.publisher.stats)
         commands += self.reporter.waits(self.active)
         commands += self.reporter.heartbeat(draining)
@@ -209,22 +211,6 @@ class JobWorker:
         self.publisher.publish([hset(self.keys.job(j.job_id), {"handoff": 1}) for j in jobs])
         self.active.clear()
         self._log.info("jobs_handed_back", count=len(jobs), job_ids=[j.job_id for j in jobs])
-
-    def _check_deadlines(self) -> None:
-        """A running job past its deadline ends with what it produced (finish_reason
-        ``deadline``); one that produced nothing yet ends ``expired``. The engine frees its
-        blocks now and reports the abort at the next step."""
-        for job_id, job in self.active.items():
-            deadline = job.job.deadline
-            if deadline is not None and job.ending is None and job.now() > deadline:
-                job.ending = FinishReason.DEADLINE
-                self._aborts_pending |= self.engine.abort(job_id)
-                self._log.info(
-                    "job_deadline",
-                    job_id=job_id,
-                    tenant=job.job.request.tenant,
-                    completion_tokens=job.num_published_tokens,
-                )
 
     def _admit(self) -> None:
         while (job := self.inbox.next_admitted()) is not None:
