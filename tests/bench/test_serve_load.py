@@ -248,7 +248,7 @@ def fake_run(rate: float, tok_s: float, chat_p99_s: float, total_tokens: int) ->
             "tpot_s": ttft,
             "outcomes": {"done": 3},
         },
-        "classes": {"chat": {"ttft_s": ttft}},
+        "classes": {"chat": {"ttft_s": ttft, "tpot_s": {**ttft, "p99": chat_p99_s / 10}}},
     }
 
 
@@ -262,12 +262,15 @@ def test_compare_serving_ratios(tmp_path: Path, capsys: pytest.CaptureFixture[st
     ours_row, vllm_row = table["0.4"]
     assert ours_row["ours_tok_s_ratio"] == 1.0
     assert vllm_row["ours_tok_s_ratio"] == 1.5 and vllm_row["ours_chat_p99_ratio"] == 0.25
+    assert vllm_row["chat_tpot_p99_s"] == 0.4 and vllm_row["ours_chat_tpot_p99_ratio"] == 0.25
     assert "| 0.4 | vllm | 0.500 | 40.0 | 1.50 |" in capsys.readouterr().out
     jobs = [{"klass": "chat", "submit_s": 1.0, "token_times_s": [1.0 + x, 9.0]} for x in (0.2, 2)]
     for path, run in ((ours, fake_run(0.4, 60.0, 1.0, 90)), (peer, fake_run(0.4, 40.0, 4.0, 90))):
         path.write_text(json.dumps({"runs": [{**run, "jobs": jobs}]}))
     compare.main([f"ours={ours}", f"vllm={peer}", "--plot-dir", str(tmp_path / "plots")])
     assert (tmp_path / "plots" / "chat_ttft_cdf_rate0p4.png").stat().st_size > 10_000
+    assert (tmp_path / "plots" / "chat_tpot_cdf_rate0p4.png").stat().st_size > 10_000
+    assert compare.chat_tpot_s(jobs[0]) == pytest.approx(7.8)  # one gap after the first token
     peer.write_text(json.dumps({"runs": [fake_run(0.4, 40.0, 4.0, 91)]}))  # other work
     with pytest.raises(SystemExit, match="another workload"):
         compare.main([f"ours={ours}", f"vllm={peer}"])
