@@ -93,3 +93,18 @@ def test_a_lane_step_starts_no_batch_prompt_and_says_so() -> None:
     assert planned(h.step()) == {chat.seq_id: 8}
     assert h.scheduler.wait_info()[late.request_id].reason is WaitReason.STEP_BUDGET
     assert late.seq_id in planned(h.step())
+
+
+def test_a_cached_prefix_is_counted_off_when_a_first_token_fits() -> None:
+    h = Harness(64, 4, 8, 32, prefix_caching=True, tpot_target_ms={})
+    shared = list(range(1, 41))  # 40 tokens, 10 full blocks
+    h.add_tokens(shared, 1, priority=INTERACTIVE)
+    for _ in range(2):  # 32 + 8 tokens: computed and cached, and finished
+        h.step()
+    batch = [h.add(4, 20, priority=BATCH) for _ in range(4)]
+    h.step()
+    (chat,) = h.add_tokens([*shared, 41, 42, 43, 44], 4, priority=INTERACTIVE)
+    # 44 tokens > the 32-token budget, but 40 are cached: its last 4 fit, so the lane
+    assert planned(h.step()) == {chat.seq_id: 4}
+    assert chat.num_cached_tokens == 40
+    assert planned(h.step()) == {s.seq_id: 1 for s in [*batch, chat]}

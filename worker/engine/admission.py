@@ -18,7 +18,7 @@ from worker.engine.aging import Aging
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.fair_share import FairShare, capped_tenants
-from worker.engine.first_token import in_lane
+from worker.engine.first_token import first_token_fits, in_lane
 from worker.engine.preemption import victims_for
 from worker.engine.prefix_cache import PrefixHit
 from worker.engine.sequence import Sequence, SequenceStatus
@@ -78,7 +78,8 @@ class Admission:
             num_new = min(seq.num_tokens - hit.num_tokens, budget)
             if allowance is not None:
                 floor = first and allowance.admission_floor(seq)
-                num_new = allowance.grant(seq, num_new, at_least_min=floor)
+                first_token = first_token_fits(seq, num_new, hit.num_tokens)
+                num_new = allowance.grant(seq, num_new, at_least_min=floor, first_token=first_token)
                 if num_new == 0:
                     return Blocked(seq, WaitReason.TPOT_TARGET)
             blocker = self._blocker(seq, num_new, hit)

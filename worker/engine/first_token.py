@@ -3,12 +3,16 @@
 On the CPU a step costs what its rows cost, so an interactive prompt admitted into a step with
 64 running batch decodes waits for all 64: on the bundled SmolLM2 during a batch, interactive
 TTFT p50 was 106.5 ms against 31.8 ms idle (docs/gateway.md). When a sequence of the lane's band
-(``LANE_BAND``, interactive) waits for its first token and its prompt, or its last chunk, fits
-in this step's token budget, the step leaves out the running decodes of every less urgent
-band, default included (default is below interactive in admission and preemption already), and
-starts no less urgent prompt. Running prefill chunks stay: the oldest keeps its minimum chunk
-(step_targets.py), so a long prompt still progresses every step. The left-out decodes stay
-running with their KV blocks, and are scheduled again on the next step.
+(``LANE_BAND``, interactive) waits for its first token and its prompt (less the prefix the block
+manager has cached for it), or its last chunk, fits in this step's token budget, the step
+leaves out the running decodes of every less urgent band, default included (default is below
+interactive in admission and preemption already), and starts no less urgent prompt. Running
+prefill chunks stay: the oldest keeps its minimum chunk (step_targets.py), so a long prompt
+still progresses every step. The left-out decodes stay running with their KV blocks, and are
+scheduled again on the next step. Under a TPOT target the step's prefill allowance counts the
+left-out decodes too, as a step that delivers no first token after all carries them, and
+credits their cost to the first token alone (``step_targets``): either way the step stays
+under its target.
 
 Bounded: at most ``max_steps`` consecutive steps leave rows out (one lane step per arriving
 prompt; a burst of chats cannot stop batch decodes for longer), and a step that did not deliver
@@ -18,7 +22,7 @@ such a waiting first token: batch-only and offline steps are planned as before.
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Callable, Sized
 
 from producer.keys import BAND_FLOORS, BANDS
 from worker.engine.sequence import Sequence
@@ -32,10 +36,13 @@ def in_lane(seq: Sequence) -> bool:
     return seq.priority < _LANE_BELOW
 
 
-def first_token_fits(seq: Sequence, budget: int) -> bool:
+def first_token_fits(seq: Sequence, budget: int, num_cached: int = 0) -> bool:
     """Whether ``seq`` is of the lane's band, has no output token yet, and the rest of its
-    prompt fits in ``budget`` tokens (a cached prefix is not counted off: conservative)."""
-    return in_lane(seq) and seq.num_output_tokens == 0 and 0 < seq.num_uncomputed_tokens <= budget
+    prompt, less ``num_cached`` tokens a waiting ``seq`` finds in the prefix cache, fits in
+    ``budget`` tokens."""
+    if not in_lane(seq) or seq.num_output_tokens > 0:
+        return False
+    return 0 < seq.num_uncomputed_tokens - num_cached <= budget
 
 
 def delivers(planned: dict[Sequence, int]) -> bool:
@@ -49,8 +56,9 @@ def delivers(planned: dict[Sequence, int]) -> bool:
 class FirstTokenLane:
     """Which running rows a step leaves out, and the bound on consecutive such steps."""
 
-    def __init__(self, max_steps: int) -> None:
+    def __init__(self, max_steps: int, num_cached: Callable[[Sequence], int]) -> None:
         self.max_steps = max_steps  # 0: off
+        self._num_cached = num_cached  # a waiting sequence's cached prefix (tokens)
         self.streak = 0  # consecutive steps that left rows out
         self.num_steps = 0  # steps that took the lane, over the scheduler's life
 
@@ -73,7 +81,12 @@ class FirstTokenLane:
         if not held:
             return running, []
         left = budget - sum(1 for s in kept if s.num_uncomputed_tokens == 1)  # kept decodes
-        waiting = head is not None and first_token_fits(head, left)
+        # Looked up only for a head of the lane's band: a batch head is not hashed for it.
+        waiting = (
+            head is not None
+            and in_lane(head)
+            and first_token_fits(head, left, self._num_cached(head))
+        )
         if not waiting and not any(first_token_fits(s, left) for s in kept):
             return running, []
         return kept, held

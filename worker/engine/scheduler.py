@@ -29,7 +29,7 @@ from worker.engine.batch_cap import BatchRowCap
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.fair_share import FairShare
-from worker.engine.first_token import FirstTokenLane, delivers
+from worker.engine.first_token import FirstTokenLane, delivers, first_token_fits
 from worker.engine.held_forks import HeldForks
 from worker.engine.preemption import victim as pick_victim
 from worker.engine.scheduler_output import SchedulerOutput
@@ -53,7 +53,9 @@ class Scheduler:
         self.step_cost = StepCostModel()
         self._timer = StepTimer(self.step_cost)
         self.last_allowance: PrefillAllowance | None = None  # of the last step, if it had one
-        self.lane = FirstTokenLane(config.first_token_lane_steps)
+        self.lane = FirstTokenLane(
+            config.first_token_lane_steps, lambda s: block_manager.lookup(s).num_tokens
+        )
         self.batch_cap = BatchRowCap(config.urgent_batch_rows)
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
@@ -75,9 +77,11 @@ class Scheduler:
 
     # -- requests in and out -------------------------------------------------------------------
 
-    def add(self, seq: Sequence, forks: Iterable[Sequence] = (), waited_s: float = 0.0) -> None:
-        """Queue a new sequence; it is considered at the next `schedule`. ``waited_s``: how long
-        its request waited before it reached the engine (in Redis): it ages from then.
+    def add(
+        self, seq: Sequence, forks: Iterable[Sequence] = (), arrival_s: float | None = None
+    ) -> None:
+        """Queue a new sequence; it is considered at the next `schedule`. ``arrival_s``: when
+        its request was submitted, on the scheduler's clock (None: now): it ages from then.
 
         ``forks`` are the same request's other choices. With prefix caching, and a prompt of at
         least one full block, they wait until ``seq`` has computed the prompt and then start
@@ -88,7 +92,7 @@ class Scheduler:
         for s in (seq, *forks):
             s.status = SequenceStatus.WAITING
             self.fair_share.activate(s.tenant)
-            self.aging.arrive(s, waited_s)
+            self.aging.arrive(s, arrival_s)
         self.waiting.add(seq)
         bm = self.block_manager
         if forks and bm.prefix_cache is not None and seq.num_prompt_tokens > bm.block_size:
@@ -144,7 +148,7 @@ class Scheduler:
         chunks = [s for s in rows if s.num_uncomputed_tokens > 1]
         cfg = self.config
         self.last_allowance = allowance = PrefillAllowance.for_step(
-            decodes, cfg.tpot_targets_s, self.step_cost, cfg.min_prefill_chunk_tokens
+            decodes, cfg.tpot_targets_s, self.step_cost, cfg.min_prefill_chunk_tokens, held
         )
         oldest = chunks[0] if chunks else None  # admission order: the longest-running prefill
         if allowance is not None:  # the most urgent prefill first (the oldest keeps its floor)
@@ -184,7 +188,10 @@ class Scheduler:
                 continue
             num_new = min(seq.num_uncomputed_tokens, left)
             if num_new > 1 and allowance is not None:  # the oldest prefill always progresses
-                num_new = allowance.grant(seq, num_new, at_least_min=seq is oldest)
+                first_token = first_token_fits(seq, num_new)  # the rest of a chat's prompt
+                num_new = allowance.grant(
+                    seq, num_new, at_least_min=seq is oldest, first_token=first_token
+                )
                 if num_new == 0:
                     continue
             # Most decodes write into their last block: 15 of 16 steps with 16-token blocks.

@@ -9,6 +9,13 @@ unchanged). Whatever the target, the oldest running prefill gets at least ``min_
 a step, so a long prompt always makes progress (a stream of chats cannot starve it), and so
 does the step's first admission when nothing else prefills or when it is of a band as demanding
 as the step's (a long prompt cannot hold back every new chat): ``admission_floor``.
+
+A first-token lane step (``first_token``) leaves less urgent decodes out, but carries them after
+all when it delivers no first token. So the allowance is sized as if they ran (their bands'
+targets and their cost count), and their cost is a credit only a grant that delivers a lane
+sequence's first token may spend (``first_token=True``): if one does, they stay out and the
+credit is what they would have cost; if none does, the credit is unspent and the step, with
+them, is still under its target.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ class PrefillAllowance:
         self.left_s = left_s
         self.min_chunk_tokens = min_chunk_tokens
         self.num_tokens = 0  # prefill tokens granted in this step
+        self.lane_credit_s = 0.0  # the left-out decodes' cost: room for a first token only
         self.target_s = 0.0  # the target this step is sized to (set by ``for_step``)
         self.targets_s: Mapping[str, float] = {}  # every band's
 
@@ -39,26 +47,27 @@ class PrefillAllowance:
         targets_s: Mapping[str, float],
         model: StepCostModel,
         min_chunk_tokens: int,
+        left_out: Iterable[Sequence] = (),
     ) -> PrefillAllowance | None:
-        """The allowance of a step whose decodes are ``decodes``; None when none of them is
-        of a band with a target (the step keeps its whole token budget, and ``model`` is not
-        refitted)."""
+        """The allowance of a step whose decodes are ``decodes``, and ``left_out`` those a
+        first-token lane step leaves out unless it delivers no first token; None when none
+        of them is of a band with a target (the step keeps its whole token budget, and
+        ``model`` is not refitted)."""
         if not targets_s:
             return None
         by_priority: dict[int, float] = {}  # a few priorities among up to 256 decodes
-        num_decodes = context = 0
-        for seq in decodes:
-            num_decodes += 1
-            context += seq.num_tokens
-            if seq.priority not in by_priority:
-                by_priority[seq.priority] = targets_s.get(band_of(seq.priority), math.inf)
+        kept = _decodes(decodes, targets_s, by_priority)
+        out = _decodes(left_out, targets_s, by_priority)
         target_s = min(by_priority.values(), default=math.inf)
         if target_s == math.inf:
             return None
         cost = model.cost
-        decode_s = cost.predict_s(StepFeatures(num_decodes, 0, context))
+        decode_s = cost.predict_s(StepFeatures(kept[0] + out[0], 0, kept[1] + out[1]))
         allowance = cls(cost, target_s - decode_s, min_chunk_tokens)
         allowance.target_s, allowance.targets_s = target_s, targets_s
+        if out[0]:
+            kept_s = cost.predict_s(StepFeatures(kept[0], 0, kept[1]))
+            allowance.lane_credit_s = decode_s - kept_s
         return allowance
 
     def admission_floor(self, seq: Sequence) -> bool:
@@ -69,22 +78,36 @@ class PrefillAllowance:
         band_target_s = self.targets_s.get(band_of(seq.priority), math.inf)
         return self.num_tokens == 0 or band_target_s <= self.target_s
 
-    def grant(self, seq: Sequence, wanted: int, *, at_least_min: bool = False) -> int:
+    def grant(
+        self,
+        seq: Sequence,
+        wanted: int,
+        *,
+        at_least_min: bool = False,
+        first_token: bool = False,
+    ) -> int:
         """Tokens of ``seq``'s next ``wanted`` that fit; ``at_least_min``: at least
-        ``min_chunk_tokens`` (or ``wanted``) whatever fits. 0: none fit this step."""
-        # A chunk of n tokens after s computed ones costs n * per_prefill + (s + n) * per_context.
-        c = self.cost
-        per_token_s = c.per_prefill_token_s + c.per_context_token_s
-        fixed_s = c.per_context_token_s * seq.num_computed_tokens
-        room = self.left_s - fixed_s
-        if per_token_s > 0:
-            # The epsilon keeps 0.036 / 0.001 from flooring to 35 on its last bit.
-            fits = max(0, int(room / per_token_s + 1e-9)) if room > 0 else 0
-        else:
-            fits = wanted
+        ``min_chunk_tokens`` (or ``wanted``) whatever fits; ``first_token``: ``wanted`` is
+        the rest of a lane sequence's prompt, granted whole with ``lane_credit_s`` if it
+        fits so. 0: none fit this step."""
+        if first_token and self.lane_credit_s > 0:
+            if self._fits(seq, wanted, self.left_s + self.lane_credit_s) == wanted:
+                return wanted
+        fits = self._fits(seq, wanted, self.left_s)
         if at_least_min:
             fits = max(fits, self.min_chunk_tokens)
         return min(wanted, fits)
+
+    def _fits(self, seq: Sequence, wanted: int, left_s: float) -> int:
+        """Tokens of ``seq``'s next ``wanted`` whose cost fits in ``left_s``."""
+        # A chunk of n tokens after s computed ones costs n * per_prefill + (s + n) * per_context.
+        c = self.cost
+        per_token_s = c.per_prefill_token_s + c.per_context_token_s
+        room = left_s - c.per_context_token_s * seq.num_computed_tokens
+        if per_token_s <= 0:
+            return wanted
+        # The epsilon keeps 0.036 / 0.001 from flooring to 35 on its last bit.
+        return min(wanted, max(0, int(room / per_token_s + 1e-9)) if room > 0 else 0)
 
     def spend(self, seq: Sequence, num_tokens: int) -> None:
         """``seq`` was planned ``num_tokens`` of prefill (its computed tokens not yet moved)."""
@@ -93,6 +116,20 @@ class PrefillAllowance:
             seq.num_computed_tokens + num_tokens
         )
         self.num_tokens += num_tokens
+
+
+def _decodes(
+    decodes: Iterable[Sequence], targets_s: Mapping[str, float], by_priority: dict[int, float]
+) -> tuple[int, int]:
+    """The number of ``decodes`` and the context they attend over; their priorities' targets
+    go into ``by_priority``."""
+    num_decodes = context = 0
+    for seq in decodes:
+        num_decodes += 1
+        context += seq.num_tokens
+        if seq.priority not in by_priority:
+            by_priority[seq.priority] = targets_s.get(band_of(seq.priority), math.inf)
+    return num_decodes, context
 
 
 def format_tpot_targets(targets_ms: Mapping[str, float]) -> str:
