@@ -50,7 +50,7 @@ from producer.protocol import (
 )
 from producer.status import EntryField, JobState, StatusField
 
-SCRIPT_NAMES = ("submit", "cancel", "claim", "reclaim", "webhook")
+SCRIPT_NAMES = ("submit", "cancel", "claim", "reclaim", "webhook", "band_heads")
 # RECLAIM's error message names the deliveries with this; the script writes in the count.
 DELIVERIES_MARK = "{deliveries}"
 # What CLAIM writes when a job's deadline passed before a worker took it.
@@ -206,6 +206,7 @@ CANCEL = load("cancel")
 CLAIM = load("claim")
 RECLAIM = load("reclaim")
 WEBHOOK = load("webhook")
+BAND_HEADS = load("band_heads")  # the band reader's aging: every band's head in one trip
 
 
 def claim_keys(keys: Keys, job_id: str, stream: str) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from producer.keys import Keys
+from producer.status import EntryField, StatusField
 from tests.service.conftest import tiny_engine
 from worker.service.bands import BandReader, entry_ms
 from worker.service.build import build_worker
@@ -104,6 +105,28 @@ def test_an_aged_head_that_overtakes_is_read_alone(client: redis.Redis, keys: Ke
     assert [e.entry_id for e in band_reader.read(4)] == fresh_batch  # nothing else: all of them
 
 
+def add_job(client: redis.Redis, keys: Keys, band: str, priority: int, ago_s: float) -> str:
+    """An entry of a job of ``priority`` with its status hash, as SUBMIT writes them."""
+    job_id = f"{band}-{priority}-{ago_s}"
+    entry_id = f"{int((time.time() - ago_s) * 1000)}-0"
+    client.hset(keys.job(job_id), StatusField.PRIORITY, priority)
+    return str(client.xadd(keys.band(band), {EntryField.ID: job_id}, id=entry_id))
+
+
+def test_a_head_ages_from_its_jobs_own_priority(client: redis.Redis, keys: Keys) -> None:
+    # By the bands' nominal priorities the 25 s old batch head (10 - 25 = -15) would go
+    # before the fresh chat (-10); by the jobs' own, 50 - 25 = 25 goes after -1.
+    low = add_job(client, keys, "batch", 50, 25.0)
+    chat = add_job(client, keys, "interactive", -1, 0.0)
+    band_reader = reader(client, keys, RATE_PER_S)
+    assert [e.entry_id for e in band_reader.read(1)] == [chat]
+    keep = add_job(client, keys, "interactive", -1, 0.0)
+    nominal = add(client, keys, "default", 12.0)  # no status hash: the band's 0, -12 now
+    assert [e.entry_id for e in band_reader.read(1)] == [nominal]  # -12 before -1
+    assert [e.entry_id for e in band_reader.read(1)] == [keep]
+    assert [e.entry_id for e in band_reader.read(1)] == [low]
+
+
 def test_the_urgent_reserve_stays_interactive(client: redis.Redis, keys: Keys) -> None:
     add(client, keys, "batch", 1000.0)  # far more urgent, aged, than any chat
     slots = Slots(8)  # the reserve: 8 // 8 = 1 slot
@@ -139,15 +162,15 @@ def test_round_trips_per_read_are_bounded(
         band_reader.read(count)
         return round_trips[0] - before
 
-    # Redis 6 has no group lag: a band's length (delivered entries too) stands in, so the
-    # heads' XRANGE runs whenever two bands have entries at all.
-    lag = int(str(client.info("server")["redis_version"]).split(".")[0]) >= 7
-    assert trips() == 2  # one band with entries: group info + time, then the read
+    # Every read: the heads script (every band's head, its job's priority, the time), then
+    # the read. Before the script: 2 with one band of entries, 3 with two (the heads' XRANGE
+    # pipeline too), and 3 on Redis 6 (no group lag) whenever two bands had entries at all.
+    assert trips() == 2  # one band with entries
     add(client, keys, "interactive")
     add(client, keys, "batch", 5.0)
-    assert trips() == 3  # two: the heads' XRANGE too
-    assert trips() == (2 if lag else 3)  # the batch entry now, the only band left
-    assert trips() == (2 if lag else 3)  # all empty: then one blocking read of them all
+    assert trips() == 2  # two
+    assert trips() == 2  # the batch entry now, the only band left
+    assert trips() == 2  # all empty: then one blocking read of them all
 
 
 def test_the_worker_reads_bands_at_the_engines_aging_rate(

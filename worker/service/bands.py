@@ -5,15 +5,18 @@ workers' consumer group. With aging off a band is read only when every more urge
 empty. With aging on (``SchedulerConfig.aging_per_s``, the engine's rate) each band's head
 entry, its oldest entry not yet delivered to any worker, is aged by the engine's own rule
 (``aging.aging_key``) from its submission (the millisecond time of its stream id, on the Redis
-clock), and the band whose head is most urgent is read: under an unbroken interactive backlog a
-batch head is read once it was submitted 20 / rate seconds before the interactive head. Only as
+clock) and from its job's own priority (the status hash's; the band's nominal priority,
+-10/0/10, for an entry without one, enqueued by hand), and the band whose head is most urgent
+is read: under an unbroken interactive backlog a priority-10 batch head is read once it was
+submitted 20 / rate seconds before a priority -10 interactive head. Only as
 many entries are read as intake has free slots for; of those, the urgent reserve
 (``WorkerConfig.urgent_reserve``) is kept for the interactive band, so a worker full of batch
 jobs still reads an urgent job at once (it then preempts in the engine).
 
-Round trips per read with aging on: one pipeline for every band's group info and the Redis
-time, one XRANGE pipeline for the heads when two or more bands have entries, then the reads
-(one when the chosen band still has its head); with aging off, one read per band tried.
+Round trips per read with aging on: one script (``BAND_HEADS``: every band's head id, its
+job's priority and the Redis time), then the reads (one when the chosen band still has its
+head); with aging off, one read per band tried. (Before the script: a pipeline of group info
+and time, an XRANGE pipeline that carried each head's whole payload, then the reads.)
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any, NamedTuple
 
 import redis
 
-from producer.fleet import ask_queues, queue_depths, read_queues
+from producer import scripts
+from producer.fleet import queue_depths
 from producer.keys import BANDS, Keys
 from producer.protocol import PRIORITY_ALIASES
 from worker.engine.aging import aging_key
@@ -60,6 +64,7 @@ class BandReader:
         self._slots = slots
         self._reserve = config.reserve(slots.capacity)
         self._aging_per_s = aging_per_s  # the engine's (SchedulerConfig); 0: strict order
+        self._heads = client.register_script(scripts.BAND_HEADS)
 
     @property
     def aging_per_s(self) -> float:
@@ -105,27 +110,18 @@ class BandReader:
 
     def aged_order(self, streams: list[str]) -> list[str]:
         """Of ``streams``, those with undelivered entries, most urgent aged head first (ties:
-        the more urgent band)."""
-        pipe = self._redis.pipeline(transaction=False)
-        ask_queues(pipe, self.keys)
-        pipe.time()
-        *replies, (seconds, micros) = pipe.execute(raise_on_error=False)
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        queues = read_queues(replies, self.keys)
-        bands = dict(zip(self.keys.job_streams, BANDS, strict=True))
-        found = [(s, queues[bands[s]].last_delivered) for s in streams if queues[bands[s]].depth]
-        if len(found) <= 1:
-            return [s for s, _ in found]
-        pipe = self._redis.pipeline(transaction=False)
-        for stream, last in found:
-            pipe.xrange(stream, min=f"({last}" if last else "-", count=1)
+        the more urgent band): one round trip."""
+        job_streams = self.keys.job_streams
+        reply: Any = self._heads(keys=job_streams, args=[self.keys.group, self.keys.prefix])
+        now_ms = int(float(reply[0]) * 1000)
         keyed = []
-        for (stream, _), head in zip(found, pipe.execute(), strict=True):
-            if head:  # else delivered meanwhile (or Redis 6: its length counted delivered ones)
-                waited_s = max(0, now_ms - entry_ms(head[0][0])) / 1000
-                key = aging_key(PRIORITY_ALIASES[bands[stream]], waited_s, self._aging_per_s)
-                keyed.append((key, stream))
-        return [stream for _, stream in sorted(keyed)]
+        for i, (stream, band) in enumerate(zip(job_streams, BANDS, strict=True)):
+            entry_id, priority = str(reply[1 + 2 * i]), str(reply[2 + 2 * i])
+            if stream in streams and entry_id:
+                waited_s = max(0, now_ms - entry_ms(entry_id)) / 1000
+                own = int(priority) if priority else PRIORITY_ALIASES[band]
+                keyed.append((aging_key(own, waited_s, self._aging_per_s), i, stream))
+        return [stream for *_, stream in sorted(keyed)]
 
     def depths(self) -> dict[str, int]:
         """Entries of each band not yet delivered to any worker (``fleet.queue_depths``)."""
