@@ -43,6 +43,11 @@ class WorkerConfig:
     # tells B what A asked. Sharing across tenants (False, `--share-tenant-caches`) is opt-in.
     isolate_tenant_caches: bool = True
     idle_wait_s: float = 0.05  # the model loop's sleep when it has nothing to run
+    # The interpreter's thread switch interval, lowered to this while the worker runs (None:
+    # left as it is, 5 ms by default). The model loop holds the GIL inside the CPU kernels
+    # (kernels/cpu_bindings.cpp releases none), so intake and the publisher wait for it after
+    # each Redis reply; Python hands it over only once a waiter has waited this long.
+    switch_interval_ms: float | None = None
     # Of max_jobs, slots only the interactive band may take: with every other slot held by
     # batch jobs, an urgent job is still read from Redis at once (then it preempts in the
     # engine). None: an eighth of the capacity, at least 1.
@@ -74,6 +79,8 @@ class WorkerConfig:
             raise InvalidWorkerConfig("grace_s must be >= 0")
         if self.urgent_reserve is not None and self.urgent_reserve < 0:
             raise InvalidWorkerConfig("urgent_reserve must be >= 0")
+        if self.switch_interval_ms is not None and self.switch_interval_ms <= 0:
+            raise InvalidWorkerConfig("switch_interval_ms must be > 0")
 
     def job_capacity(self, max_num_seqs: int) -> int:
         return self.max_jobs or max_num_seqs + max(4, max_num_seqs // 8)
@@ -112,6 +119,13 @@ class WorkerConfig:
             type=int,
             default=None,
             help="job slots only interactive jobs may take (default: an eighth, at least 1)",
+        )
+        g.add_argument(
+            "--switch-interval-ms",
+            type=float,
+            default=_default("switch_interval_ms"),
+            help="lower the interpreter's thread switch interval to this while serving: intake "
+            "and the publisher get the GIL sooner from a busy model loop (default: leave it)",
         )
         g.add_argument(
             "--grace-s",

@@ -9,6 +9,7 @@ and hands them in.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import KW_ONLY, dataclass, field
@@ -69,6 +70,8 @@ class JobWorker:
         """Serve until ``stop()``; then finish the jobs in hand (for at most ``grace_s``; the
         rest are handed back to other workers) and return."""
         self._join_redis()
+        if (switch_ms := self.config.switch_interval_ms) is not None:  # process-wide, lowered only
+            sys.setswitchinterval(min(sys.getswitchinterval(), switch_ms / 1000))
         self.lease.start()
         helpers = (self.publisher, self.cancels, self.intake)
         for thread in helpers:
