@@ -2,6 +2,7 @@
 
     python ops/bench/single_stream.py [--tokens 128] [--dtype float32|bfloat16] [--repeats 3]
     python ops/bench/single_stream.py --quantization none gguf int8 --prompt-tokens 32 --no-hf
+    python ops/bench/single_stream.py --quantization gguf --no-hf --threads 1 --profile 25
 
 Both load the same weights (the bundled SmolLM2-135M unless ``--model``) in the same dtype and
 thread count, generate greedily with EOS disabled, and report output tokens/s (median of
@@ -38,6 +39,19 @@ def prompt_of(args: argparse.Namespace, tokenizer: Any) -> str:
     return str(tokenizer.decode(ids))
 
 
+def profile(engine: Any, prompt: str, params: Any, top: int) -> None:
+    """One more generation under cProfile, timed by this thread's CPU clock (other processes on
+    a shared machine do not enter it); the ``top`` functions by their own time."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile(time.thread_time)
+    profiler.runcall(engine.generate, [prompt], params)
+    stats = pstats.Stats(profiler).sort_stats("tottime")
+    print(f"cProfile of {params.max_tokens} tokens, CPU seconds by own time:")
+    stats.print_stats(top)
+
+
 def time_ours(args: argparse.Namespace, quantization: str) -> dict[str, Any]:
     from worker.engine.config import EngineConfig
     from worker.engine.llm_engine import LLMEngine
@@ -59,6 +73,8 @@ def time_ours(args: argparse.Namespace, quantization: str) -> dict[str, Any]:
         tokens = list(engine.generate([prompt], params)[0].token_ids)
         cpu_ms.append((time.process_time() - cpu) * 1e3 / len(tokens))
         rates.append(len(tokens) / (time.perf_counter() - start))
+    if args.profile:
+        profile(engine, prompt, params, args.profile)
     return {
         "tok_s": statistics.median(rates),
         "cpu_ms_per_token": statistics.median(cpu_ms),
@@ -118,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     p.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--profile", type=int, default=0, help="cProfile one more run: top N")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
