@@ -214,15 +214,19 @@ def start(command: str, flags: list[str], url: str, log_dir: Path) -> subprocess
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_ready(base: str, log_dir: Path) -> None:
-    deadline = time.monotonic() + 120
+def wait_ready(base: str, log_dir: Path, timeout_s: float = 900) -> None:
+    """Until the gateway answers and the worker has its model loaded (it heartbeats from then):
+    a request sent before would spend the load's minutes of its client timeout queued (at load
+    ~12 the first jobs of a --seeds 1 run waited 348 s for the worker, and three timed out)."""
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
-            if httpx.get(f"{base}/v1/models").status_code == 200:
+            status = httpx.get(f"{base}/v1/status")
+            if status.status_code == 200 and status.json()["workers"]:
                 return
         except httpx.HTTPError:
             pass
-        assert time.monotonic() < deadline, f"gateway did not start: see {log_dir}"
+        assert time.monotonic() < deadline, f"gateway or worker did not start: see {log_dir}"
         time.sleep(0.5)
 
 
