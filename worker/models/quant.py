@@ -106,6 +106,21 @@ class QuantLinear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.qweight
+        ops = w.ops
+        if (
+            ops is not None
+            and x.dim() == 2
+            and x.dtype == torch.float32
+            and x.shape[0] < GEMM_MIN_ROWS
+            and x.stride(1) == 1
+        ):
+            # A decode step's (rows, k) float32, straight to the kernel: no reshape, no cast and
+            # no second method call; 5.7 -> 2.5 us of Python a call (1 thread), 121 calls a
+            # token on SmolLM2-135M.
+            if w.type_id is None:
+                return ops.int8_linear(x, w.data, w.scale, self.bias)
+            return ops.gguf_linear(x, w.data, w.type_id, self.bias)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if x2.dtype != torch.float32 or x2.stride(-1) != 1:
