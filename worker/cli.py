@@ -20,6 +20,10 @@ from producer.sampling_args import add_sampling_arguments, sampling_fields
 from worker.engine.config import EngineConfig
 from worker.service.config import WorkerConfig
 
+# `paternoster worker`'s status after a device fault (sysexits' EX_SOFTWARE): any non-zero
+# status restarts it under compose's `restart: unless-stopped` or systemd's `on-failure`.
+DEVICE_FAULT_EXIT = 70
+
 
 def sampling_params(args: argparse.Namespace) -> Any:
     from worker.engine.sampling_params import SamplingParams
@@ -152,7 +156,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     worker.run()
-    return 0
+    # Non-zero after a device fault (its jobs handed back): a supervisor restarts the process.
+    return DEVICE_FAULT_EXIT if worker.device_fault is not None else 0
 
 
 def _slow_down(engine: Any, delay_s: float) -> None:

@@ -20,6 +20,7 @@ from worker.engine.constraint_gate import ConstraintGate
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.engine_request import EngineRequest, validate_request
 from worker.engine.gc_policy import raise_gen0_threshold
+from worker.engine.generate import generate
 from worker.engine.grammar_compiles import GrammarCompiles, xgrammar_backend
 from worker.engine.model_runner import ModelRunner, pick_device, pick_dtype
 from worker.engine.outputs import Completion, RequestOutput
@@ -32,7 +33,13 @@ from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
-from worker.engine.step_faults import Failures, describe, run_contained, sample_contained
+from worker.engine.step_faults import (
+    DeviceFault,
+    Failures,
+    describe,
+    run_contained,
+    sample_contained,
+)
 from worker.engine.wait_reasons import WaitInfo
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
@@ -83,6 +90,7 @@ class LLMEngine:
         # Request ids whose sequences lost their blocks in the last step (they resume later).
         self.last_preempted: tuple[str, ...] = ()
         self.last_num_batched_tokens = 0  # tokens the last step computed
+        self.device_fault: DeviceFault | None = None  # set once the device failed: no more steps
         mode = overlap_mode(config, self.device)
         self._overlap = OverlapLoop(self, mode) if mode != "off" else None
         raise_gen0_threshold()  # a step's short-lived objects otherwise collect once a step
@@ -189,7 +197,18 @@ class LLMEngine:
     # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one iteration; return each request's new tokens, text and finish, if any."""
+        """Run one iteration; return each request's new tokens, text and finish, if any.
+        `DeviceFault` if the device failed (`step_faults`): then and at every later call, as
+        no step can run again in this process; the requests are intact, to be run elsewhere."""
+        if self.device_fault is not None:
+            raise self.device_fault
+        try:
+            return self._step()
+        except DeviceFault as fault:
+            self.device_fault = fault
+            raise
+
+    def _step(self) -> list[RequestOutput]:
         if self._overlap is not None:  # one step in flight between calls
             return self._overlap.step()
         outputs, self._aborted = self._aborted, []
@@ -268,32 +287,5 @@ class LLMEngine:
         prompts: Iterable[str | Messages],
         params: SamplingParams | Seq[SamplingParams] | None = None,
     ) -> list[Completion]:
-        """Run all prompts through one continuous batch; one completion per prompt, in input
-        order (with ``n > 1``, its ``choices`` hold all n)."""
-        prompts = list(prompts)
-        if params is None or isinstance(params, SamplingParams):
-            per_prompt = [params or SamplingParams()] * len(prompts)
-        else:
-            per_prompt = list(params)
-        ids = [f"generate-{next(self._arrivals)}" for _ in prompts]
-        for rid, prompt, p in zip(ids, prompts, per_prompt, strict=True):
-            self.add_prompt(rid, prompt, p)
-        collected: dict[tuple[str, int], list[RequestOutput]] = {
-            (rid, i): [] for rid, p in zip(ids, per_prompt, strict=True) for i in range(p.n)
-        }
-        done: dict[tuple[str, int], Completion] = {}
-        while len(done) < len(collected):
-            for out in self.step():
-                key = (out.request_id, out.index)
-                if key not in collected:
-                    continue
-                collected[key].append(out)
-                if out.finished:
-                    done[key] = Completion.of(collected[key])
-        results = []
-        for rid, p in zip(ids, per_prompt, strict=True):
-            choices = tuple(done[(rid, i)] for i in range(p.n))
-            results.append(
-                choices[0] if p.n == 1 else dataclasses.replace(choices[0], choices=choices)
-            )
-        return results
+        """Run all prompts through one continuous batch (`generate.generate`)."""
+        return generate(self, prompts, params)

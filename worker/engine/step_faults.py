@@ -8,6 +8,12 @@ the K/V a half-run step wrote is written again, for the same tokens at the same 
 
 Requests are checked at admission (``engine_request.validate_request``) so none of this should
 ever run; it is what keeps one request's surprise from ending the worker process.
+
+A device fault is the exception: a CUDA error such as an illegal memory access or a
+device-side assert is sticky, every later kernel launch and copy in the process fails with it,
+so redoing the step row by row would fail every request in it for the device's fault. Such an
+error is raised as `DeviceFault`, at once and for the whole step; the job worker hands its jobs
+back to other workers and exits non-zero, so its supervisor starts a fresh process.
 """
 
 from __future__ import annotations
@@ -23,6 +29,39 @@ from worker.engine.scheduler_output import SchedulerOutput
 
 log = structlog.get_logger("paternoster.engine")
 Failures = dict[int, str]  # sequence id -> what went wrong, for the request's error event
+# What torch's CUDA errors say: "CUDA error: an illegal memory access was encountered",
+# "device-side assert triggered", cuBLAS's "CUBLAS_STATUS_EXECUTION_FAILED", the driver's
+# "CUDA_ERROR_LAUNCH_FAILED". Before torch 2.8 they came as plain RuntimeErrors.
+DEVICE_FAULT_MARKS = ("CUDA error", "device-side assert", "CUBLAS_STATUS_", "CUDA_ERROR_")
+# Not sticky: the context survives a failed allocation, and a row-by-row retry needs less memory.
+NOT_STICKY_MARKS = ("out of memory",)
+
+
+class DeviceFault(RuntimeError):
+    """The device failed in a way no retry in this process can mend (its context is poisoned):
+    the step's requests are not at fault and must run again elsewhere."""
+
+
+def is_device_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a sticky accelerator error rather than one request's failure."""
+    if isinstance(exc, DeviceFault):
+        return True
+    if isinstance(exc, torch.OutOfMemoryError) or not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc)
+    if any(mark in text for mark in NOT_STICKY_MARKS):
+        return False
+    accelerator = getattr(torch, "AcceleratorError", ())  # torch >= 2.8: every CUDA error
+    return isinstance(exc, accelerator) or any(mark in text for mark in DEVICE_FAULT_MARKS)
+
+
+def raise_if_device_fault(exc: BaseException) -> None:
+    """Raise `DeviceFault` from ``exc`` if it is one (logged once, as the step's end)."""
+    if isinstance(exc, DeviceFault):
+        raise exc
+    if is_device_fault(exc):
+        log.error("device_fault", error=describe(exc))
+        raise DeviceFault(describe(exc)) from exc
 
 
 def describe(exc: BaseException) -> str:
@@ -35,6 +74,7 @@ def run_contained(runner: ModelRunner, decision: SchedulerOutput) -> tuple[Runne
     try:
         return runner.run(decision), {}
     except Exception as exc:
+        raise_if_device_fault(exc)
         log.exception("step_failed", num_sequences=len(decision.scheduled), error=describe(exc))
         if len(decision.scheduled) == 1:
             return _no_rows(runner), {decision.scheduled[0].seq_id: describe(exc)}
@@ -45,6 +85,7 @@ def run_contained(runner: ModelRunner, decision: SchedulerOutput) -> tuple[Runne
         try:
             parts.append(runner.run(alone))
         except Exception as exc:
+            raise_if_device_fault(exc)
             failed[item.seq_id] = describe(exc)
     log.warning("step_isolated", num_sequences=len(decision.scheduled), num_failed=len(failed))
     if not parts:
@@ -65,6 +106,7 @@ def sample_contained(
     try:
         return sampler(logits, requests), {}
     except Exception as exc:
+        raise_if_device_fault(exc)
         log.exception("sampling_failed", num_rows=len(requests), error=describe(exc))
     ids: list[int] = []
     logprobs: list[TokenLogprobs | None] = []
@@ -73,6 +115,7 @@ def sample_contained(
         try:
             one = sampler(logits[row : row + 1], [request])
         except Exception as exc:  # seeded rows draw the same alone as in a batch
+            raise_if_device_fault(exc)
             failed[row] = describe(exc)
             ids.append(-1)
             logprobs.append(None)

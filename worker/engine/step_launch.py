@@ -12,7 +12,8 @@ the host. Two ways to launch:
   ops, so the caller's Python (detokenizing, publishing) may run meanwhile on another core.
 
 Failures stay contained as in the plain loop (`step_faults`): a runner or sampler failure is
-retried per sequence or per row, and the sequences that still fail come back in ``failed``.
+retried per sequence or per row, and the sequences that still fail come back in ``failed``; a
+device fault raises `DeviceFault`, also where CUDA reports it late, at ``result()``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from worker.engine.model_runner import ModelRunner, RunnerOutput
 from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs
 from worker.engine.sampling_rows import ALL, LOGPROBS, SamplingRows, flags_of
 from worker.engine.scheduler_output import SchedulerOutput
-from worker.engine.step_faults import Failures, run_contained, sample_contained
+from worker.engine.step_faults import (
+    Failures,
+    raise_if_device_fault,
+    run_contained,
+    sample_contained,
+)
 
 
 @dataclass
@@ -69,6 +75,13 @@ class InFlight:
             return ids
         if isinstance(ids, Future):
             return ids.result()
+        try:  # on CUDA an asynchronous kernel's error surfaces here, at the wait
+            return self._read(ids)
+        except Exception as exc:
+            raise_if_device_fault(exc)
+            raise
+
+    def _read(self, ids: torch.Tensor) -> StepResult:
         if self._ready is not None:
             self._ready.synchronize()
         token_ids = ids.tolist()
@@ -114,8 +127,8 @@ class StepLauncher:
             try:
                 ids = self.sampler.sample_ids(result.logits, rows)
                 return InFlight(result.seq_ids, ids, result.logits, rows, failed)
-            except Exception:
-                pass  # sampled again below, row by row where needed, as the plain loop does
+            except Exception as exc:  # sampled again below, row by row where needed, as
+                raise_if_device_fault(exc)  # the plain loop does; not after a device fault
         return InFlight(result.seq_ids, self._sample(result, failed, rows))
 
     def _compute(

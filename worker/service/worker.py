@@ -22,6 +22,7 @@ from producer.protocol import ErrorCode
 from producer.status import FinishReason
 from worker.engine.llm_engine import InvalidRequestError, LLMEngine
 from worker.engine.outputs import RequestOutput
+from worker.engine.step_faults import DeviceFault
 from worker.service.cancels import CancelListener, EarlyCancels
 from worker.service.config import WorkerConfig
 from worker.service.deadlines import end_past_deadline
@@ -62,6 +63,8 @@ class JobWorker:
         self._texts = TokenTexts(self.engine.tokenizer)  # logprob tokens' text, at first use
         self._aborts_pending = False  # the engine reports aborts at its next step: take one
         self._stop_at = 0.0
+        # Set by a `DeviceFault`: the jobs are handed back, `run` returns, the process exits 70.
+        self.device_fault: str | None = None
         # Every line this worker logs names it: several workers often share one log sink.
         self._log = structlog.get_logger("paternoster.worker", worker=self.config.name)
         self._first_tokens = FirstTokenTrace(self._log, self.metrics)
@@ -86,7 +89,7 @@ class JobWorker:
         )
         try:
             while not (self.stop_event.is_set() and self.inbox.empty):
-                if self._grace_over():
+                if self._grace_over() or self.device_fault is not None:
                     self._hand_back()
                     break
                 self.step()
@@ -188,6 +191,11 @@ class JobWorker:
         fail the same way, up to max_deliveries workers."""
         try:
             return self.engine.step()
+        except DeviceFault as exc:  # no job's fault: every job goes to another worker
+            self._log.error("device_fault_handing_back", jobs=len(self.active), error=str(exc))
+            self.device_fault = str(exc)
+            self.stop()
+            return []
         except Exception as exc:
             self._log.exception("engine_step_failed", jobs=len(self.active), error=repr(exc))
             message = f"the engine step failed: {type(exc).__name__}: {exc}"[:300]
