@@ -34,7 +34,13 @@ MACHINE = StepCost(
 def harness(
     machine: StepCost = MACHINE, max_tokens: int = 256, max_seqs: int = 64, **policy: Any
 ) -> TimedHarness:
-    policy = {"tpot_target_ms": {"interactive": 50.0}, "min_prefill_chunk_tokens": 8, **policy}
+    # The fixed target alone unless a test asks for the slowdown bound too.
+    policy = {
+        "tpot_target_ms": {"interactive": 50.0},
+        "min_prefill_chunk_tokens": 8,
+        "tpot_slowdown_max": 0.0,
+        **policy,
+    }
     return TimedHarness(512, 4, max_seqs, max_tokens, machine=machine, **policy)
 
 
@@ -57,6 +63,42 @@ def test_prefill_fills_what_the_decodes_leave_under_the_target() -> None:
     assert [chunk_of(h, long) for _ in range(3)] == [36, 36, 36]
     assert h.scheduler.last_allowance is not None
     assert h.scheduler.last_allowance.target_s == 0.050
+
+
+def test_a_fast_machine_holds_the_step_to_the_slowdown_bound_of_its_decodes() -> None:
+    h = harness(tpot_target_ms={"interactive": 150.0}, tpot_slowdown_max=1.5)
+    chats(h, 4)
+    long = h.add(200, 4, priority=BATCH)
+    # 4 decodes cost 14 ms alone: 1.5x is 21 ms, far under 150 ms, so 7 prefill tokens a step
+    # (then the floor of 8 this batch prompt gets as the oldest running prefill).
+    assert chunk_of(h, long) == 8
+    allowance = h.scheduler.last_allowance
+    assert allowance is not None
+    assert allowance.target_s == pytest.approx(0.021) and allowance.band_target_s == 0.150
+    slow = StepCost(
+        base_s=0.080, per_decode_s=0.001, per_prefill_token_s=0.001, per_context_token_s=0
+    )
+    h = harness(slow, tpot_target_ms={"interactive": 150.0}, tpot_slowdown_max=1.5)
+    chats(h, 4)
+    long = h.add(200, 4, priority=BATCH)
+    # Slow steps (84 ms alone): 1.5x is 126 ms, under 150, so 42 tokens; with the bound off,
+    # the fixed target's 66.
+    assert chunk_of(h, long) == 42
+    h = harness(slow, tpot_target_ms={"interactive": 150.0})
+    chats(h, 4)
+    long = h.add(200, 4, priority=BATCH)
+    assert chunk_of(h, long) == 66
+
+
+def test_a_chat_keeps_its_admission_floor_under_the_slowdown_bound() -> None:
+    h = harness(tpot_target_ms={"interactive": 150.0}, tpot_slowdown_max=1.5)
+    chats(h, 4)
+    long = h.add(400, 4, priority=BATCH)
+    h.step()
+    chat = h.add(30, 4, priority=INTERACTIVE)  # its band's target is the step's band target
+    out = h.step()
+    planned = {s.seq_id: s.num_scheduled_tokens for s in out.scheduled}
+    assert planned.get(chat.seq_id, 0) >= 8 and long.seq_id in planned
 
 
 def test_with_the_attention_term_each_step_stays_under_the_target_and_is_full() -> None:
@@ -131,8 +173,15 @@ def test_a_chat_prefills_before_a_batch_prompt_which_keeps_its_floor() -> None:
 
 def test_the_cost_model_learns_a_faster_machine_and_chunks_grow() -> None:
     fast = StepCost(0.001, 0.0001, 0.00005, 0.0)  # 40x faster than our CPU prior's step
-    h = TimedHarness(
-        512, 4, 64, 512, machine=fast, prior=PRIOR, tpot_target_ms={"interactive": 50.0}
+    h = TimedHarness(  # the fixed target alone: the slowdown bound is the test above
+        512,
+        4,
+        64,
+        512,
+        machine=fast,
+        prior=PRIOR,
+        tpot_target_ms={"interactive": 50.0},
+        tpot_slowdown_max=0.0,
     )
     decodes = chats(h, 4)
     on_prior = PrefillAllowance.for_step(decodes, {"interactive": 0.05}, StepCostModel(PRIOR), 8)

@@ -75,6 +75,10 @@ class SchedulerConfig:
     # Each step's prefill is cut so the running decodes of the most demanding band present meet
     # its target, as the step cost model predicts (step_targets.py); empty: full budget always.
     tpot_target_ms: Mapping[str, float] = field(default_factory=DEFAULT_TPOT_TARGET_MS.copy)
+    # ... and at most this many times what its decodes alone cost (the cost model's prediction),
+    # so a fast machine does not spend a fixed target's room on prefill: a chat's TPOT in a
+    # burst of long prompts stays within 1.5x its TPOT alone (ops/bench/tpot_burst.py). 0: off.
+    tpot_slowdown_max: float = 1.5
     # Prefill tokens a step gives the oldest running prompt whatever the target (and a chat's
     # first admission): a 2k-token prompt still ends within 128 steps under a stream of chats.
     # One block: on a loaded 2-core AMD EPYC (prefill ~5 ms a token) 64 put the floor, not the
@@ -106,6 +110,8 @@ class SchedulerConfig:
             raise InvalidConfigError("max_running_per_tenant must be >= 1")
         if any(band not in BANDS or ms <= 0 for band, ms in self.tpot_target_ms.items()):
             raise InvalidConfigError(f"tpot_target_ms takes bands of {BANDS} and values > 0")
+        if self.tpot_slowdown_max != 0 and self.tpot_slowdown_max <= 1:
+            raise InvalidConfigError("tpot_slowdown_max must be > 1 (or 0: off)")
         if self.min_prefill_chunk_tokens < 1:
             raise InvalidConfigError("min_prefill_chunk_tokens must be >= 1")
         if self.aging_per_s < 0:
@@ -235,6 +241,7 @@ class EngineConfig:
                 max_running_per_tenant=args.max_running_per_tenant,
                 tpot_target_ms=parse_tpot_targets(args.tpot_target_ms),
                 min_prefill_chunk_tokens=args.min_prefill_chunk_tokens,
+                tpot_slowdown_max=args.tpot_slowdown_max,
                 aging_per_s=args.aging_per_s,
                 first_token_lane_steps=args.first_token_lane_steps,
                 urgent_batch_rows=args.urgent_batch_rows,

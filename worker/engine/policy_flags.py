@@ -37,6 +37,14 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BAND=MS,...",
         help=f"per-band time per output token each step is sized to (default {targets}; off)",
     )
+    slowdown = SchedulerConfig.tpot_slowdown_max
+    g.add_argument(
+        "--tpot-slowdown-max",
+        type=float,
+        default=slowdown,
+        help="a step beside targeted decodes costs at most this many times those decodes "
+        f"alone (default {slowdown:g}; 0: off)",
+    )
     chunk = SchedulerConfig.min_prefill_chunk_tokens
     g.add_argument("--min-prefill-chunk-tokens", type=int, default=chunk)
     aging = SchedulerConfig.aging_per_s

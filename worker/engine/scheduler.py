@@ -148,7 +148,12 @@ class Scheduler:
         chunks = [s for s in rows if s.num_uncomputed_tokens > 1]
         cfg = self.config
         self.last_allowance = allowance = PrefillAllowance.for_step(
-            decodes, cfg.tpot_targets_s, self.step_cost, cfg.min_prefill_chunk_tokens, held
+            decodes,
+            cfg.tpot_targets_s,
+            self.step_cost,
+            cfg.min_prefill_chunk_tokens,
+            held,
+            slowdown_max=cfg.tpot_slowdown_max,
         )
         oldest = chunks[0] if chunks else None  # admission order: the longest-running prefill
         if allowance is not None:  # the most urgent prefill first (the oldest keeps its floor)

@@ -5,7 +5,11 @@ long prompt (~0.4 s on a 2-core CPU) sets every running chat's time per output t
 the scheduler finds the most demanding target among the bands of its running decodes and gives
 prefill only the seconds the step cost model (``step_cost``) says are left under it. With no
 decode of a band that has a target, a step keeps the whole token budget (offline throughput is
-unchanged). Whatever the target, the oldest running prefill gets at least ``min_chunk_tokens``
+unchanged). Where steps are fast, a fixed target leaves room for several times a decode step's
+work (150 ms against 35 ms decode-only steps of SmolLM2 Q4_1 on a quiet 2-core CPU: chats at
+4x their TPOT alone during a burst), so a step is also held to ``slowdown_max`` times what its
+decodes alone are predicted to cost; the fixed target caps it where steps are slow. Whatever
+the target, the oldest running prefill gets at least ``min_chunk_tokens``
 a step, so a long prompt always makes progress (a stream of chats cannot starve it), and so
 does the step's first admission when nothing else prefills or when it is of a band as demanding
 as the step's (a long prompt cannot hold back every new chat): ``admission_floor``.
@@ -38,6 +42,7 @@ class PrefillAllowance:
         self.num_tokens = 0  # prefill tokens granted in this step
         self.lane_credit_s = 0.0  # the left-out decodes' cost: room for a first token only
         self.target_s = 0.0  # the target this step is sized to (set by ``for_step``)
+        self.band_target_s = 0.0  # its decodes' most demanding band's target, before slowdown
         self.targets_s: Mapping[str, float] = {}  # every band's
 
     @classmethod
@@ -48,11 +53,13 @@ class PrefillAllowance:
         model: StepCostModel,
         min_chunk_tokens: int,
         left_out: Iterable[Sequence] = (),
+        slowdown_max: float = 0.0,
     ) -> PrefillAllowance | None:
         """The allowance of a step whose decodes are ``decodes``, and ``left_out`` those a
         first-token lane step leaves out unless it delivers no first token; None when none
         of them is of a band with a target (the step keeps its whole token budget, and
-        ``model`` is not refitted)."""
+        ``model`` is not refitted). ``slowdown_max`` > 0 also holds the step to that many
+        times the decodes' own predicted cost."""
         if not targets_s:
             return None
         by_priority: dict[int, float] = {}  # a few priorities among up to 256 decodes
@@ -63,8 +70,12 @@ class PrefillAllowance:
             return None
         cost = model.cost
         decode_s = cost.predict_s(StepFeatures(kept[0] + out[0], 0, kept[1] + out[1]))
+        band_target_s = target_s
+        if slowdown_max > 0:
+            target_s = min(target_s, slowdown_max * decode_s)
         allowance = cls(cost, target_s - decode_s, min_chunk_tokens)
-        allowance.target_s, allowance.targets_s = target_s, targets_s
+        allowance.target_s, allowance.band_target_s = target_s, band_target_s
+        allowance.targets_s = targets_s
         if out[0]:
             kept_s = cost.predict_s(StepFeatures(kept[0], 0, kept[1]))
             allowance.lane_credit_s = decode_s - kept_s
@@ -76,7 +87,7 @@ class PrefillAllowance:
         band's target is as tight as the step's (a chat is not held back by long prompts; a
         burst of long ones is not started all at once, one floor each)."""
         band_target_s = self.targets_s.get(band_of(seq.priority), math.inf)
-        return self.num_tokens == 0 or band_target_s <= self.target_s
+        return self.num_tokens == 0 or band_target_s <= self.band_target_s
 
     def grant(
         self,
