@@ -43,7 +43,8 @@ def test_llama_body_is_greedy_on_token_ids() -> None:
     body = agree.llama_body([5, 6], 64, 2)
     assert body["prompt"] == [5, 6] and body["n_predict"] == 64 and body["n_probs"] == 2
     assert body["temperature"] == 0.0 and body["top_k"] == 1
-    assert body["ignore_eos"] and body["return_tokens"] and not body["cache_prompt"]
+    assert body["return_tokens"] and not body["cache_prompt"]
+    assert "ignore_eos" not in body  # llama.cpp masks EOS under it, ours emits it: EOS stops
 
 
 def test_parse_llama_reads_both_probability_shapes() -> None:
