@@ -42,14 +42,15 @@ inline float half(const uint8_t* p) {
 template <int64_t F>
 inline void dequant(const uint8_t* b, f16v& lo, f16v& hi) {
     const float d = half(b);
+    const f16v dv = splat(d);
     if constexpr (F == kQ8_0) {
-        lo = widen(load16(b + 2), true) * d;
-        hi = widen(load16(b + 18), true) * d;
+        lo = widen(load16(b + 2), true) * dv;
+        hi = widen(load16(b + 18), true) * dv;
     } else {
-        const float m = F == kQ4_1 ? half(b + 2) : -8.0f * d;
+        const f16v mv = splat(F == kQ4_1 ? half(b + 2) : -8.0f * d);
         const __m128i q = load16(b + (F == kQ4_1 ? 4 : 2)), low4 = _mm_set1_epi8(0x0F);
-        lo = widen(_mm_and_si128(q, low4), false) * d + m;
-        hi = widen(_mm_and_si128(_mm_srli_epi16(q, 4), low4), false) * d + m;
+        lo = widen(_mm_and_si128(q, low4), false) * dv + mv;
+        hi = widen(_mm_and_si128(_mm_srli_epi16(q, 4), low4), false) * dv + mv;
     }
 }
 
