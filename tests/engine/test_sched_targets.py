@@ -69,9 +69,9 @@ def test_a_fast_machine_holds_the_step_to_the_slowdown_bound_of_its_decodes() ->
     h = harness(tpot_target_ms={"interactive": 150.0}, tpot_slowdown_max=1.5)
     chats(h, 4)
     long = h.add(200, 4, priority=BATCH)
-    # 4 decodes cost 14 ms alone: 1.5x is 21 ms, far under 150 ms, so 7 prefill tokens a step
-    # (then the floor of 8 this batch prompt gets as the oldest running prefill).
-    assert chunk_of(h, long) == 8
+    # 4 decodes cost 14 ms alone: 1.5x is 21 ms, far under 150 ms, so 7 prefill tokens a step,
+    # under the floor of 8 the oldest prefill gets where the fixed target sizes the step.
+    assert [chunk_of(h, long) for _ in range(3)] == [7, 7, 7]
     allowance = h.scheduler.last_allowance
     assert allowance is not None
     assert allowance.target_s == pytest.approx(0.021) and allowance.band_target_s == 0.150
@@ -88,6 +88,17 @@ def test_a_fast_machine_holds_the_step_to_the_slowdown_bound_of_its_decodes() ->
     chats(h, 4)
     long = h.add(200, 4, priority=BATCH)
     assert chunk_of(h, long) == 66
+
+
+def test_under_the_slowdown_bound_the_floor_is_owed_only_where_no_token_fits() -> None:
+    costly = StepCost(
+        base_s=0.010, per_decode_s=0.001, per_prefill_token_s=0.010, per_context_token_s=0
+    )
+    h = harness(costly, tpot_target_ms={"interactive": 150.0}, tpot_slowdown_max=1.5)
+    chats(h, 4)
+    long = h.add(200, 4, priority=BATCH)
+    # Half of 14 ms is 7 ms, under one 10 ms token: the oldest prefill still gets its floor.
+    assert chunk_of(h, long) == 8
 
 
 def test_a_chat_keeps_its_admission_floor_under_the_slowdown_bound() -> None:

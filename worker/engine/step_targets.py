@@ -6,10 +6,12 @@ the scheduler finds the most demanding target among the bands of its running dec
 prefill only the seconds the step cost model (``step_cost``) says are left under it. With no
 decode of a band that has a target, a step keeps the whole token budget (offline throughput is
 unchanged). Where steps are fast, a fixed target leaves room for several times a decode step's
-work (150 ms against 35 ms decode-only steps of SmolLM2 Q4_1 on a quiet 2-core CPU: chats at
-4x their TPOT alone during a burst), so a step is also held to ``slowdown_max`` times what its
-decodes alone are predicted to cost; the fixed target caps it where steps are slow. Whatever
-the target, the oldest running prefill gets at least ``min_chunk_tokens``
+work (150 ms against 35 ms decode-only steps of SmolLM2 on a quiet 2-core CPU: chats at 4x
+their TPOT alone during a burst), so a step is also held to ``slowdown_max`` times what its
+decodes alone are predicted to cost; the fixed target caps it where steps are slow. Under that
+bound prefill always has a third of the step (at 1.5x), which is its progress guarantee; the
+token floors below then apply only where not one token fits. Whatever the target, the oldest
+running prefill gets at least ``min_chunk_tokens``
 a step, so a long prompt always makes progress (a stream of chats cannot starve it), and so
 does the step's first admission when nothing else prefills or when it is of a band as demanding
 as the step's (a long prompt cannot hold back every new chat): ``admission_floor``.
@@ -43,6 +45,7 @@ class PrefillAllowance:
         self.lane_credit_s = 0.0  # the left-out decodes' cost: room for a first token only
         self.target_s = 0.0  # the target this step is sized to (set by ``for_step``)
         self.band_target_s = 0.0  # its decodes' most demanding band's target, before slowdown
+        self.slowed = False  # the slowdown bound, not the band's target, sizes this step
         self.targets_s: Mapping[str, float] = {}  # every band's
 
     @classmethod
@@ -75,6 +78,7 @@ class PrefillAllowance:
             target_s = min(target_s, slowdown_max * decode_s)
         allowance = cls(cost, target_s - decode_s, min_chunk_tokens)
         allowance.target_s, allowance.band_target_s = target_s, band_target_s
+        allowance.slowed = target_s < band_target_s
         allowance.targets_s = targets_s
         if out[0]:
             kept_s = cost.predict_s(StepFeatures(kept[0], 0, kept[1]))
@@ -105,7 +109,10 @@ class PrefillAllowance:
             if self._fits(seq, wanted, self.left_s + self.lane_credit_s) == wanted:
                 return wanted
         fits = self._fits(seq, wanted, self.left_s)
-        if at_least_min:
+        # Under the slowdown bound the room is half a decode step or more, so a floor is owed
+        # only where not one token fits: on 1 thread, 16 floor tokens (2.3 ms each) beside 8
+        # chats' 35 ms put them at 2.05x alone where the bound alone allows 1.5x.
+        if at_least_min and (fits == 0 or not self.slowed):
             fits = max(fits, self.min_chunk_tokens)
         return min(wanted, fits)
 
