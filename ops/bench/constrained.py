@@ -162,10 +162,11 @@ def validity(engine: LLMEngine, args: argparse.Namespace) -> dict[str, Any]:
     running count after each batch (a run stopped early says how far it got)."""
     per_schema: dict[str, int] = Counter()
     reasons: Counter[str] = Counter()
-    failures: list[dict[str, str]] = []
-    start = time.perf_counter()
-    for first in range(0, args.seeds, args.seed_chunk):
-        seeds = range(first, min(first + args.seed_chunk, args.seeds))
+    failures: list[dict[str, Any]] = []
+    lengths: dict[str, list[int]] = {m.__name__: [] for m in SCHEMAS}
+    start, end = time.perf_counter(), args.first_seed + args.seeds
+    for first in range(args.first_seed, end, args.seed_chunk):
+        seeds = range(first, min(first + args.seed_chunk, end))
         cases = [(model, seed) for model in SCHEMAS for seed in seeds]
         params = [
             SamplingParams(
@@ -177,14 +178,16 @@ def validity(engine: LLMEngine, args: argparse.Namespace) -> dict[str, Any]:
             for model, seed in cases
         ]
         done = engine.generate([ask(model) for model, _ in cases], params)
-        for (model, _), c in zip(cases, done, strict=True):
+        for (model, seed), c in zip(cases, done, strict=True):
             reasons[str(c.finish_reason)] += 1
+            lengths[model.__name__].append(len(c.token_ids))
             try:
                 jsonschema.validate(json.loads(c.text), model.model_json_schema())
                 per_schema[model.__name__] += 1
             except (ValueError, jsonschema.ValidationError) as exc:
-                failures.append({"schema": model.__name__, "finish": str(c.finish_reason),
-                                 "text": c.text, "error": str(exc)[:200]})  # fmt: skip
+                failures.append({"schema": model.__name__, "seed": seed, "tokens": len(c.token_ids),
+                                 "finish": str(c.finish_reason), "text": c.text,
+                                 "error": str(exc)[:200]})  # fmt: skip
         total, wall = sum(reasons.values()), time.perf_counter() - start
         valid = sum(per_schema.values())
         print(f"seeds < {seeds[-1] + 1}: valid {valid}/{total}, {dict(reasons)}, {wall:.0f} s, "
@@ -196,6 +199,9 @@ def validity(engine: LLMEngine, args: argparse.Namespace) -> dict[str, Any]:
         "finish_reasons": dict(reasons),
         "wall_s": round(time.perf_counter() - start, 1),
         "failures": failures,
+        # Output tokens per schema, seed by seed: with a --max-tokens past the usual budget, the
+        # outputs longer than it are those that budget would have cut.
+        "output_tokens": lengths,
     }
 
 
@@ -208,6 +214,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--cost-tokens", type=int, default=48)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--first-seed", type=int, default=0, help="seeds first-seed..+seeds-1")
     p.add_argument("--seed-chunk", type=int, default=5, help="seeds per batch (x10 schemas)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
