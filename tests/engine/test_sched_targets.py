@@ -110,6 +110,9 @@ def test_a_chat_keeps_its_admission_floor_under_the_slowdown_bound() -> None:
     out = h.step()
     planned = {s.seq_id: s.num_scheduled_tokens for s in out.scheduled}
     assert planned.get(chat.seq_id, 0) >= 8 and long.seq_id in planned
+    # Its whole 30-token prompt, up to the band's 150 ms, not the bound's 21 ms: its first token
+    # comes a step sooner. The batch prompt, of a band with no target, had only the bound's 7.
+    assert planned[chat.seq_id] == 30 and planned[long.seq_id] == 7
 
 
 def test_with_the_attention_term_each_step_stays_under_the_target_and_is_full() -> None:
