@@ -32,6 +32,11 @@ the step is the caller's period, ``wait`` its time blocked on the step thread, a
 measured on the thread that waits. ``async`` on the CPU runs each op as it is called, so it
 only reorders the loop. Compare loops in separate processes (`overlap_loop.py` says why).
 Each wrapper adds well under a microsecond per call.
+
+``--clock thread`` times each phase (and the step) in CPU time of the thread it runs on
+(`time.thread_time`) instead of wall time: on a shared machine the host phases' CPU time moves
+far less with other processes' load. Forward and sampling then also count the OpenMP threads'
+spinning on the caller; the thread loop, which waits on another thread, is refused.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ PHASES = (
 # What runs after the next step was launched, while it computes, by loop; on the CPU the async
 # launch runs the step's ops as they are called, so only the thread mode hides anything.
 OFF_PATH = {"thread": ("update", "append", "detokenize", "wait")}
+# The clocks of ``--clock``: wall time, or the CPU time of the thread a phase runs on.
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
 
 
 def request_params(i: int, args: argparse.Namespace, max_tokens: int) -> SamplingParams:
@@ -125,13 +132,14 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, 
 
 def time_steps(engine: LLMEngine, args: argparse.Namespace, batch: int) -> StepTimer:
     """Step until ``args.steps`` all-decode steps (after ``args.warmup`` of them) are timed."""
-    timer = StepTimer()
+    clock = CLOCKS[args.clock]
+    timer = StepTimer(clock)
     steady = 0  # consecutive steps in which every request decodes
     with instrumented(engine, timer):
         while len(timer.steps) < args.steps:
-            start = time.perf_counter()
+            start = clock()
             engine.step()
-            step_s = time.perf_counter() - start
+            step_s = clock() - start
             # All decode when all run and the step computed one token each (the overlapped
             # loop returns the step before; its steady state starts one call later).
             all_decode = len(engine.scheduler.running) == batch == engine.last_num_batched_tokens
@@ -203,6 +211,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     loops = get_args(get_type_hints(EngineConfig)["overlap_steps"])
     p.add_argument("--overlap-steps", choices=loops, default=EngineConfig.overlap_steps)
     p.add_argument("--sampling", choices=("greedy", "mixed"), default="greedy")
+    p.add_argument(
+        "--clock",
+        choices=tuple(CLOCKS),
+        default="wall",
+        help="thread: CPU time of the thread each phase runs on (plain and async loops only)",
+    )
     p.add_argument("--min-tokens", action="store_true", help="min_tokens = max_tokens: EOS masked")
     p.add_argument("--prompt-len", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
@@ -216,6 +230,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+    if args.clock == "thread" and args.overlap_steps == "thread":
+        raise SystemExit("--clock thread times one thread: not the thread loop's two")
     runs = [in_worker_thread(functools.partial(measure, args, model_dir, b)) for b in args.batches]
     config = {k: v for k, v in vars(args).items() if k not in ("out", "model", "tokenizer")}
     return {"config": config, "environment": environment(args.threads), "batches": runs}

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.bench.scripts import load_script
@@ -60,3 +61,19 @@ def test_host_overhead_times_the_overlapped_loop_on_the_thread_that_waits(
     assert "append" not in run["critical_path"] and "update" not in run["critical_path"]
     assert "schedule" in run["critical_path"] and "device_idle" in run["critical_path"]
     assert "| output: RequestState.append / emit | no |" in bench.markdown({"batches": [run]})
+
+
+def test_host_overhead_times_cpu_with_the_thread_clock(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    bench = load_script("host_overhead")
+    args = ["--batches", "4", "--steps", "3", "--warmup", "1", "--shape", "tiny"]
+    args += ["--tokenizer", str(tiny_model_dir), "--out", str(tmp_path / "host.json")]
+    args += ["--threads", str(torch.get_num_threads()), "--clock", "thread"]
+    (run,) = bench.main([*args, "--overlap-steps", "async"])["batches"]
+    assert run["loop"] == "async" and run["steps"] == 3
+    ms = run["median_ms"]
+    assert ms["resolve"] > 0 and ms["append"] > 0 and ms["schedule"] > 0
+    assert 0 < run["named_share_of_step"] <= 1.0  # the phases' CPU time inside the step's
+    with pytest.raises(SystemExit, match="thread loop"):
+        bench.main([*args, "--overlap-steps", "thread"])

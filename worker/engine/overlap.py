@@ -5,8 +5,8 @@ another. Here one call resolves step N (waits for its sampled ids, appends them)
 launches step N+1 (`step_launch`), and only then does N's output processing (detokenizing and
 stop strings) and returns N's outputs, so that the caller's publishing also runs while N+1
 computes. What the schedule of N+1 must know is known before it: every token of N has joined
-its sequence, and a choice that N ended by its token id or its length (`RequestState.
-ends_whatever_text`) is finished first, so it computes nothing more. Only a stop string is found
+its sequence, and a choice that N ended by its token id or its length (`RequestState.take`)
+is finished first, so it computes nothing more. Only a stop string is found
 after N+1 was launched: that choice computes one token more, which is dropped, never returned.
 
 What the plain loop guarantees holds here too: an abort between two calls drops the token in
@@ -101,12 +101,12 @@ class OverlapLoop:
         outputs: list[RequestOutput] = []
         failed = dict(done.failed)
         rows = zip(done.seq_ids, done.token_ids, done.logprobs, strict=True)
+        live = e._states
         for seq_id, token, lps in rows:
-            state = e._states.get(seq_id)
+            state = live.get(seq_id)
             if state is None or seq_id in failed:
                 continue  # aborted, finished or failed since launch: its token is dropped
-            state.seq.append_token(token)
-            if state.ends_whatever_text():
+            if state.take(token):
                 out = e._append(state, token, lps, failed, appended=True)
                 if out is not None:
                     outputs.append(out)

