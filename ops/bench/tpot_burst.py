@@ -84,7 +84,11 @@ class Run:
 def burst_run(args: argparse.Namespace, model: Path, mode: str) -> dict[str, Any]:
     """``mode``: alone, off (no targets) or on (the default targets)."""
     targets = {} if mode == "off" else parse_tpot_targets(args.tpot_target_ms)
-    policy = {"min_prefill_chunk_tokens": args.min_prefill_chunk_tokens, "tpot_target_ms": targets}
+    policy = {
+        "min_prefill_chunk_tokens": args.min_prefill_chunk_tokens,
+        "tpot_target_ms": targets,
+        "tpot_slowdown_max": args.tpot_slowdown_max,
+    }
     run = Run(args, model, **policy)
     chats = [f"chat-{i}" for i in range(args.chats)]
     for rid in chats:
@@ -160,6 +164,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--tpot-target-ms", default=targets, help="of the 'on' runs")
     chunk = SchedulerConfig.min_prefill_chunk_tokens
     p.add_argument("--min-prefill-chunk-tokens", type=int, default=chunk)
+    slowdown = SchedulerConfig.tpot_slowdown_max
+    p.add_argument("--tpot-slowdown-max", type=float, default=slowdown, help="0: off")
     p.add_argument("--chats", type=int, default=8)
     p.add_argument("--chat-len", type=int, default=32)
     p.add_argument("--chat-tokens", type=int, default=96)
