@@ -78,8 +78,9 @@ def line(i: int, max_tokens: int) -> dict[str, Any]:
     return {"custom_id": f"line-{i}", "method": "POST", "url": "/v1/completions", "body": body}
 
 
-def wait_ready(client: openai.OpenAI, timeout_s: float = 120.0) -> None:
-    """Until the gateway answers and a worker serves (the first request warms the engines)."""
+def wait_ready(client: openai.OpenAI, timeout_s: float = 600.0) -> None:
+    """Until the gateway answers and a worker serves (the first request warms the engines; a
+    worker that finds the CPU kernels' sources changed builds them first, minutes on 2 cores)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
