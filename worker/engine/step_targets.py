@@ -9,7 +9,7 @@ unchanged). Where steps are fast, a fixed target leaves room for several times a
 work (150 ms against 35 ms decode-only steps of SmolLM2 on a quiet 2-core CPU: chats at 4x
 their TPOT alone during a burst), so a step is also held to ``slowdown_max`` times what its
 decodes alone are predicted to cost; the fixed target caps it where steps are slow. Under that
-bound prefill always has a third of the step (at 1.5x), which is its progress guarantee; the
+bound prefill always has 0.4/1.4 of the step at the default, its progress guarantee; the
 token floors below then apply only where not one token fits. Whatever the target, the oldest
 running prefill gets at least ``min_chunk_tokens``
 a step, so a long prompt always makes progress (a stream of chats cannot starve it), and so
