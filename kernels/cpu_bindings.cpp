@@ -1,6 +1,10 @@
 // Python bindings of our C++ CPU kernels (kernels/cpu_ops.py builds and loads them). Only this
 // file includes torch/extension.h (pybind11 and all of torch's headers), which is most of the
 // compile time; the kernel sources include ATen's core headers only.
+//
+// Every kernel runs with the GIL released (``nogil``), as torch's own ops do: they touch no
+// Python object, and holding it kept the worker's intake and publisher threads waiting behind
+// a whole projection (the interpreter hands the GIL over only at its 5 ms switch interval).
 
 #include <torch/extension.h>
 
@@ -8,20 +12,27 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     using namespace paternoster;
+    const auto nogil = py::call_guard<py::gil_scoped_release>();
     m.def("paged_decode_attention", &paged_decode_attention,
-          "Paged decode attention of one query per sequence into out (float32)");
-    m.def("write_kv", &write_kv, "Write key/value rows into the paged caches at slot_mapping");
-    m.def("rotary_", &rotary_, "Rotate-half rotary embedding of x (tokens, heads, D) in place");
-    m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up of gate_up (tokens, 2 I) -> (tokens, I)");
+          "Paged decode attention of one query per sequence into out (float32)", nogil);
+    m.def("write_kv", &write_kv, "Write key/value rows into the paged caches at slot_mapping",
+          nogil);
+    m.def("rotary_", &rotary_, "Rotate-half rotary embedding of x (tokens, heads, D) in place",
+          nogil);
+    m.def("silu_and_mul", &silu_and_mul,
+          "silu(gate) * up of gate_up (tokens, 2 I) -> (tokens, I)", nogil);
     m.def("add_rms_norm_", &add_rms_norm_,
-          "residual += x, then x = rms_norm(residual) * weight, both in place");
+          "residual += x, then x = rms_norm(residual) * weight, both in place", nogil);
     m.def("skinny_linear", &skinny_linear, "x @ weight.T + bias for few rows (float32)",
-          py::arg("x"), py::arg("weight"), py::arg("bias") = py::none());
+          py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(), nogil);
     m.def("gguf_linear", &gguf_linear,
           "x @ dequantize(blocks).T + bias, blocks (n, row_bytes) uint8 of GGML type format",
-          py::arg("x"), py::arg("blocks"), py::arg("format"), py::arg("bias") = py::none());
-    m.def("gguf_dequantize", &gguf_dequantize, "GGUF blocks (n, row_bytes) -> float32 (n, k)");
+          py::arg("x"), py::arg("blocks"), py::arg("format"), py::arg("bias") = py::none(),
+          nogil);
+    m.def("gguf_dequantize", &gguf_dequantize, "GGUF blocks (n, row_bytes) -> float32 (n, k)",
+          nogil);
     m.def("quant_isa", &quant_isa, "The quantized kernels' vector paths: avx512 or avx2");
     m.def("int8_linear", &int8_linear, "x @ (scale[:, None] * weight).T + bias, weight int8",
-          py::arg("x"), py::arg("weight"), py::arg("scale"), py::arg("bias") = py::none());
+          py::arg("x"), py::arg("weight"), py::arg("scale"), py::arg("bias") = py::none(),
+          nogil);
 }
