@@ -50,6 +50,13 @@ def chats(h: TimedHarness, n: int, priority: int = INTERACTIVE) -> list[Sequence
     return seqs
 
 
+def long_beside_chats(machine: StepCost = MACHINE, **policy: Any) -> tuple[TimedHarness, Sequence]:
+    """4 interactive chats decoding under a 150 ms target, and a 200-token batch prompt."""
+    h = harness(machine, tpot_target_ms={"interactive": 150.0}, **policy)
+    chats(h, 4)
+    return h, h.add(200, 4, priority=BATCH)
+
+
 def chunk_of(h: TimedHarness, seq: Sequence) -> int:
     out = h.step()
     return next((s.num_scheduled_tokens for s in out.scheduled if s.seq_id == seq.seq_id), 0)
@@ -66,9 +73,7 @@ def test_prefill_fills_what_the_decodes_leave_under_the_target() -> None:
 
 
 def test_a_fast_machine_holds_the_step_to_the_slowdown_bound_of_its_decodes() -> None:
-    h = harness(tpot_target_ms={"interactive": 150.0}, tpot_slowdown_max=1.5)
-    chats(h, 4)
-    long = h.add(200, 4, priority=BATCH)
+    h, long = long_beside_chats(tpot_slowdown_max=1.5)
     # 4 decodes cost 14 ms alone: 1.5x is 21 ms, far under 150 ms, so 7 prefill tokens a step,
     # under the floor of 8 the oldest prefill gets where the fixed target sizes the step.
     assert [chunk_of(h, long) for _ in range(3)] == [7, 7, 7]
@@ -78,15 +83,11 @@ def test_a_fast_machine_holds_the_step_to_the_slowdown_bound_of_its_decodes() ->
     slow = StepCost(
         base_s=0.080, per_decode_s=0.001, per_prefill_token_s=0.001, per_context_token_s=0
     )
-    h = harness(slow, tpot_target_ms={"interactive": 150.0}, tpot_slowdown_max=1.5)
-    chats(h, 4)
-    long = h.add(200, 4, priority=BATCH)
+    h, long = long_beside_chats(slow, tpot_slowdown_max=1.5)
     # Slow steps (84 ms alone): 1.5x is 126 ms, under 150, so 42 tokens; with the bound off,
     # the fixed target's 66.
     assert chunk_of(h, long) == 42
-    h = harness(slow, tpot_target_ms={"interactive": 150.0})
-    chats(h, 4)
-    long = h.add(200, 4, priority=BATCH)
+    h, long = long_beside_chats(slow)
     assert chunk_of(h, long) == 66
 
 
@@ -94,9 +95,7 @@ def test_under_the_slowdown_bound_the_floor_is_owed_only_where_no_token_fits() -
     costly = StepCost(
         base_s=0.010, per_decode_s=0.001, per_prefill_token_s=0.010, per_context_token_s=0
     )
-    h = harness(costly, tpot_target_ms={"interactive": 150.0}, tpot_slowdown_max=1.5)
-    chats(h, 4)
-    long = h.add(200, 4, priority=BATCH)
+    h, long = long_beside_chats(costly, tpot_slowdown_max=1.5)
     # Half of 14 ms is 7 ms, under one 10 ms token: the oldest prefill still gets its floor.
     assert chunk_of(h, long) == 8
 

@@ -45,7 +45,6 @@ class PrefillAllowance:
         self.lane_credit_s = 0.0  # the left-out decodes' cost: room for a first token only
         self.target_s = 0.0  # the target this step is sized to (set by ``for_step``)
         self.band_target_s = 0.0  # its decodes' most demanding band's target, before slowdown
-        self.slowed = False  # the slowdown bound, not the band's target, sizes this step
         self.targets_s: Mapping[str, float] = {}  # every band's
 
     @classmethod
@@ -78,20 +77,27 @@ class PrefillAllowance:
             target_s = min(target_s, slowdown_max * decode_s)
         allowance = cls(cost, target_s - decode_s, min_chunk_tokens)
         allowance.target_s, allowance.band_target_s = target_s, band_target_s
-        allowance.slowed = target_s < band_target_s
         allowance.targets_s = targets_s
         if out[0]:
             kept_s = cost.predict_s(StepFeatures(kept[0], 0, kept[1]))
             allowance.lane_credit_s = decode_s - kept_s
         return allowance
 
+    @property
+    def slowed(self) -> bool:
+        """The slowdown bound, not the band's target, sizes this step."""
+        return self.target_s < self.band_target_s
+
+    def _as_demanding(self, seq: Sequence) -> bool:
+        """``seq``'s band has a target as tight as the step's band target (a chat's prompt)."""
+        return self.targets_s.get(band_of(seq.priority), math.inf) <= self.band_target_s
+
     def admission_floor(self, seq: Sequence) -> bool:
         """Whether the step's first admission, ``seq``, gets ``min_chunk_tokens`` whatever
         fits: when no other prefill runs this step (so a prompt always starts), or when its
         band's target is as tight as the step's (a chat is not held back by long prompts; a
         burst of long ones is not started all at once, one floor each)."""
-        band_target_s = self.targets_s.get(band_of(seq.priority), math.inf)
-        return self.num_tokens == 0 or band_target_s <= self.band_target_s
+        return self.num_tokens == 0 or self._as_demanding(seq)
 
     def grant(
         self,
@@ -109,7 +115,7 @@ class PrefillAllowance:
             if self._fits(seq, wanted, self.left_s + self.lane_credit_s) == wanted:
                 return wanted
         fits = self._fits(seq, wanted, self.left_s + self._urgent_room_s(seq))
-        # Under the slowdown bound the room is half a decode step or more, so a floor is owed
+        # Under the slowdown bound the room is 0.4 of a decode step or more, so a floor is owed
         # only where not one token fits: on 1 thread, 16 floor tokens (2.3 ms each) beside 8
         # chats' 35 ms put them at 2.05x alone where the bound alone allows 1.5x.
         if at_least_min and (fits == 0 or not self.slowed):
@@ -122,9 +128,7 @@ class PrefillAllowance:
         prompt took several steps to its first token, and chat TTFT p99 on the serving path
         rose from 2.41 to 2.74 s (load.py, 0.4 jobs/s); one step over the bound costs the
         running chats far less."""
-        if not self.slowed:
-            return 0.0
-        if self.targets_s.get(band_of(seq.priority), math.inf) > self.band_target_s:
+        if not self.slowed or not self._as_demanding(seq):
             return 0.0
         return self.band_target_s - self.target_s
 

@@ -23,6 +23,11 @@ def load_runs(path: Path) -> dict[float, dict[str, Any]]:
     return {float(r["rate_per_s"]): r for r in json.loads(path.read_text())["runs"]}
 
 
+def p99_ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> float | None:
+    """Ours' p99 over the system's, where both have one."""
+    return ours["p99"] / theirs["p99"] if theirs.get("p99") and ours.get("p99") else None
+
+
 def row(name: str, run: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
     o = run["overall"]
     chat = run["classes"].get("chat", {}).get("ttft_s", {})
@@ -36,14 +41,10 @@ def row(name: str, run: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
         "ours_tok_s_ratio": ours["overall"]["output_tok_s"] / o["output_tok_s"],
         "chat_ttft_p50_s": chat.get("p50"),
         "chat_ttft_p99_s": chat.get("p99"),
-        "ours_chat_p99_ratio": (
-            ours_chat["p99"] / chat["p99"] if chat.get("p99") and ours_chat.get("p99") else None
-        ),
+        "ours_chat_p99_ratio": p99_ratio(ours_chat, chat),
         "chat_tpot_p50_s": tpot.get("p50"),
         "chat_tpot_p99_s": tpot.get("p99"),
-        "ours_chat_tpot_p99_ratio": (
-            ours_tpot["p99"] / tpot["p99"] if tpot.get("p99") and ours_tpot.get("p99") else None
-        ),
+        "ours_chat_tpot_p99_ratio": p99_ratio(ours_tpot, tpot),
         "ttft_p99_s": o["ttft_s"]["p99"],
         "tpot_p50_s": o["tpot_s"]["p50"],
         "outcomes": o["outcomes"],
