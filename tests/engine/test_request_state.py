@@ -1,4 +1,5 @@
-"""`RequestState.take` (the overlapped loop's resolve) decides ends as `emit` does after it."""
+"""`RequestState.take` (the overlapped loop's resolve) decides ends as `emit` does after it, in
+the place `reserve` held while the token was in flight."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from worker.engine.request_state import RequestState
 from worker.engine.sampling_params import SamplingParams
-from worker.engine.sequence import FinishReason, Sequence
+from worker.engine.sequence import PLACEHOLDER, FinishReason, Sequence
 
 EOS = 2
 
@@ -45,7 +46,7 @@ def test_take_ends_where_append_ends(
 ) -> None:
     taking, appending = state(params), state(params)
     for i, token in enumerate(tokens):
-        ends = taking.take(token)
+        ends = taking.take(token, taking.reserve())
         out, why = appending.append(token, None)
         assert ends is (why is not None)
         assert taking.seq.token_ids == appending.seq.token_ids
@@ -53,10 +54,26 @@ def test_take_ends_where_append_ends(
         assert ends is last, (i, token)
     assert why == reason
     assert out.finished and out.num_output_tokens == len(tokens)
-    emitted, emitted_why = taking.emit(tokens[-1], None)  # the deferred half, on the taken token
+    n = len(taking.seq.token_ids)
+    taking.reserve()  # the next step is in flight when the deferred half runs
+    emitted, emitted_why = taking.emit(tokens[-1], None, n)  # on the taken token
     assert emitted_why == reason and emitted == out
 
 
 def test_take_ends_at_the_models_length() -> None:
     taking = state(SamplingParams(max_tokens=50), max_model_len=5)
-    assert [taking.take(9), taking.take(9)] == [False, True]  # 3 prompt + 2 = 5
+    assert [taking.take(9, taking.reserve()), taking.take(9, taking.reserve())] == [False, True]
+
+
+def test_a_place_is_held_until_the_token_comes_and_dropped_if_it_never_does() -> None:
+    taking = state(SamplingParams(max_tokens=3))
+    first = taking.reserve()
+    assert first == 3 and taking.seq.token_ids == [5, 6, 7, PLACEHOLDER]
+    assert taking.seq.num_uncomputed_tokens == 4  # the scheduler sees the token to compute
+    second = taking.reserve()  # the next step launched before the first token came back
+    assert second == 4 and taking.seq.token_ids[3:] == [PLACEHOLDER, PLACEHOLDER]
+    assert taking.take(8, first) is False and taking.seq.token_ids[3:] == [8, PLACEHOLDER]
+    # The third token ends it by length whatever it is: no place, so no row for it next step.
+    assert taking.reserve() == 5 and len(taking.seq.token_ids) == 5
+    taking.seq.drop_placeholders()  # e.g. aborted before the second came back
+    assert taking.seq.token_ids == [5, 6, 7, 8]

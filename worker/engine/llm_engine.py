@@ -179,6 +179,7 @@ class LLMEngine:
             if self._states.pop(state.seq.seq_id, None) is None:
                 continue  # this choice finished already
             self.scheduler.finish(state.seq, FinishReason.ABORT)
+            state.seq.drop_placeholders()  # a token in flight is dropped, never reported
             self._aborted.append(state.output((), state.detokenizer.finish(), ()))
         return True
 
@@ -244,13 +245,15 @@ class LLMEngine:
         token: int,
         logprobs: TokenLogprobs | None,
         failed: Failures,
-        appended: bool = False,  # the sequence holds the token already: stop checks and text
+        n: int | None = None,  # the sequence holds the token already, as its n-th: emit only
     ) -> RequestOutput | None:
         """``state``'s output for ``token``, its request finished if the token ends it; None,
         and the request in ``failed``, if that raised."""
-        add = state.emit if appended else state.append
         try:
-            out, reason = add(token, logprobs)
+            if n is None:
+                out, reason = state.append(token, logprobs)
+            else:
+                out, reason = state.emit(token, logprobs, n)
         except Exception as exc:  # e.g. the detokenizer on one request: that request only
             failed[state.seq.seq_id] = describe(exc)
             return None
@@ -269,6 +272,7 @@ class LLMEngine:
                 if self._states.pop(s.seq.seq_id, None) is None:
                     continue  # finished earlier
                 self.scheduler.finish(s.seq, FinishReason.ERROR)
+                s.seq.drop_placeholders()
                 out = s.output((), s.detokenizer.finish(), (), FinishReason.ERROR)
                 outputs.append(dataclasses.replace(out, error=why))
         return outputs
@@ -276,6 +280,7 @@ class LLMEngine:
     def _finish(self, state: RequestState, reason: FinishReason) -> None:
         seq = state.seq
         self.scheduler.finish(seq, reason)
+        seq.drop_placeholders()  # the overlapped loop's next token, computed and dropped
         del self._states[seq.seq_id]
         if all(s.seq.is_finished for s in self._requests[seq.request_id]):
             del self._requests[seq.request_id]

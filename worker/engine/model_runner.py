@@ -22,6 +22,7 @@ from worker.engine.device_inputs import DeviceInputs, StepInputs
 from worker.engine.input_batch import InputBatch
 from worker.engine.logits_buffer import LogitsBuffer
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from worker.engine.sequence import PLACEHOLDER
 from worker.engine.step_layout import FieldViews, HostStep
 from worker.models.base import CausalLM, StepContext
 from worker.models.config import ModelConfig
@@ -37,6 +38,22 @@ class RunnerOutput:
     request_ids: tuple[str, ...]
     logits: torch.Tensor
     seq_ids: tuple[int, ...]  # the same rows by sequence (a request with n > 1 has n of them)
+
+
+class SampledFeed:
+    """A launched step's sampled ids where the device has them, by sequence id: what the
+    next step's `PLACEHOLDER` inputs read (the overlapped loop schedules that step before the
+    ids reach the host)."""
+
+    def __init__(self, seq_ids: Sequence[int], ids: torch.Tensor) -> None:
+        self.seq_ids = seq_ids
+        self.ids = ids  # (rows,) int64, never negative: a failed row's id reads as 0
+
+    def rows(self, seq_ids: Sequence[int]) -> list[int]:
+        """The rows of ``seq_ids``; a sequence the step gave no id (its runner or sampler
+        failed, so the resolve ends it) reads row 0: its next row computes nothing kept."""
+        row_of = dict(zip(self.seq_ids, range(len(self.seq_ids)), strict=True))
+        return [row_of.get(s, 0) for s in seq_ids]
 
 
 def pick_device(name: str) -> torch.device:
@@ -97,6 +114,7 @@ class ModelRunner:
         self.max_model_len = min(limit, mc.max_position, self.num_blocks * self.block_size)
         self._setup_inputs(config)
         self.compute_logits = LogitsBuffer(model)  # the model's, into a kept buffer if large
+        self.feed: SampledFeed | None = None  # the last launched step's ids (`StepLauncher`)
 
     def _setup_inputs(self, config: EngineConfig) -> None:
         """The persistent batch, and where graphs or padding apply, static buffers and graphs."""
@@ -156,6 +174,22 @@ class ModelRunner:
         f = self._host_views(step.num_tokens, step.num_seqs, step.num_logits)
         return StepInputs.of(step, f, torch.from_numpy(b.gather_tables(step)))
 
+    def _read_placeholders(self, decodes: Sequence[ScheduledSequence], ids: torch.Tensor) -> None:
+        """Write each decode row whose token is still in flight from ``feed``, on the device
+        (rows are packed decodes first, one token each; only a decode can hold one: its step
+        sampled it, so it is the one token left to compute)."""
+        rows = [j for j, s in enumerate(decodes) if s.token_ids[0] == PLACEHOLDER]
+        if not rows:
+            return
+        feed = self.feed
+        if feed is None:
+            raise RuntimeError("a token in flight, and no launched step to read it from")
+        src = feed.rows([decodes[j].seq_id for j in rows])
+        pin = self.device.type == "cuda"  # non-blocking copies: the host must not wait here
+        both = torch.tensor([rows, src], dtype=torch.int64, pin_memory=pin)
+        dst_t, src_t = both.to(self.device, non_blocking=pin)
+        ids.index_copy_(0, dst_t, feed.ids.index_select(0, src_t))
+
     @torch.inference_mode()
     def capture_graphs(self) -> None:
         """Capture the decode graphs now: at start-up, once the model's kernels are attached.
@@ -185,6 +219,7 @@ class ModelRunner:
         if graphs is not None and not graphs.ready(self.batch.generation):
             self.capture_graphs()
         step = self.prepare(items, pad_to)
+        self._read_placeholders(items[: output.num_decodes], step.input_ids)
         if graphs is not None and pad_to is not None and graphs.ready(self.batch.generation):
             hidden = graphs.replay(pad_to)
         else:

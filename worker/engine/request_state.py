@@ -8,7 +8,7 @@ from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampler import TokenLogprobs
 from worker.engine.sampling_rows import SamplingRequest, SamplingRows, row_flags
-from worker.engine.sequence import FinishReason, Sequence
+from worker.engine.sequence import PLACEHOLDER, FinishReason, Sequence
 
 
 class RequestState:
@@ -46,12 +46,14 @@ class RequestState:
         return self.emit(token_id, logprobs)
 
     def emit(
-        self, token_id: int, logprobs: TokenLogprobs | None
+        self, token_id: int, logprobs: TokenLogprobs | None, n: int | None = None
     ) -> tuple[RequestOutput, FinishReason | None]:
         """The half of `append` after the token joined the sequence: stop checks, its text.
-        The overlapped loop (`overlap.py`) runs it while the next step computes."""
+        The overlapped loop (`overlap.py`) runs it while the next step computes; ``n``: the
+        sequence's length with this token, where later tokens are already in flight."""
         reason: FinishReason | None = None
-        n = len(self._token_ids)  # `_stops_on` and `_at_length` inlined: once per row per step
+        if n is None:
+            n = len(self._token_ids)  # `_stops_on` and `_at_length` inlined: once per row a step
         if token_id in self._stop_ids and n - self._num_prompt >= self._min_tokens:
             # As in vLLM: the stopping token is kept in token_ids but adds no text.
             reason = FinishReason.STOP
@@ -66,18 +68,31 @@ class RequestState:
         if reason is not None:
             delta += self.detokenizer.finish()
         lps = (logprobs,) if logprobs is not None else ()
-        return self.output((token_id,), delta, lps, reason), reason
+        return self.output((token_id,), delta, lps, reason, n - self._num_prompt), reason
 
-    def take(self, token_id: int) -> bool:
-        """Append ``token_id`` to the sequence; whether it ends the choice by its id or the
-        length alone: what the next step's schedule must know (only a stop string needs the
-        text). The overlapped loop's resolve, once per row on its critical path: with
-        `_stops_on` and `_at_length` inlined, 0.068 us of CPU a row against 0.151 (256 rows,
-        median of 400 alternated calls); `tests/engine/test_request_state.py` checks it ends
-        where `append` does."""
+    def reserve(self) -> int:
+        """Hold the place of the token a step just launched will sample: the index it will
+        take. A `PLACEHOLDER` joins the sequence unless the token ends it by length whatever it
+        is, so the next schedule gives it no row (the overlapped loop's launch)."""
         ids = self._token_ids
-        ids.append(token_id)  # Sequence.append_token
-        n = len(ids)
+        index = len(ids)
+        if index + 1 < self._end_len:
+            ids.append(PLACEHOLDER)
+        return index
+
+    def take(self, token_id: int, index: int) -> bool:
+        """Put ``token_id`` at ``index`` (its `reserve`d place); whether it ends the choice by
+        its id or the length alone: what the next step's schedule must know (only a stop string
+        needs the text). The overlapped loop's resolve, once per row: with `_stops_on` and
+        `_at_length` inlined, 0.068 us of CPU a row against 0.151 (256 rows, median of 400
+        alternated calls); `tests/engine/test_request_state.py` checks it ends where `append`
+        does."""
+        ids = self._token_ids
+        if index < len(ids):
+            ids[index] = token_id
+        else:  # no placeholder: the length ends it (`reserve`)
+            ids.append(token_id)
+        n = index + 1
         if n >= self._end_len:
             return True
         return token_id in self._stop_ids and n - self._num_prompt >= self._min_tokens
@@ -114,8 +129,11 @@ class RequestState:
         delta: str,
         logprobs: tuple[TokenLogprobs, ...],
         reason: FinishReason | None = FinishReason.ABORT,
+        num_output_tokens: int | None = None,  # default: every token the sequence holds
     ) -> RequestOutput:
         seq = self.seq
+        if num_output_tokens is None:
+            num_output_tokens = len(seq.token_ids) - seq.num_prompt_tokens
         return RequestOutput.fast(
             request_id=seq.request_id,
             new_token_ids=new_token_ids,
@@ -123,7 +141,7 @@ class RequestState:
             finished=reason is not None,
             finish_reason=reason,
             num_prompt_tokens=seq.num_prompt_tokens,
-            num_output_tokens=len(seq.token_ids) - seq.num_prompt_tokens,
+            num_output_tokens=num_output_tokens,
             logprobs=logprobs,
             index=seq.index,
             num_cached_tokens=seq.num_cached_tokens,

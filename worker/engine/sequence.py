@@ -17,6 +17,13 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
+# A token sampled by a step still in flight (the overlapped loop, `overlap.py`): it holds the
+# sequence's place, so the next step can be scheduled before the id reaches the host; the runner
+# reads the id on the device (`ModelRunner.run`), and the resolve writes it here. Never a
+# vocabulary id, and never inside a computed block (its position is computed by the next step,
+# whose `Scheduler.update` runs after the resolve).
+PLACEHOLDER = -1
+
 # Unique over the process: the n choices of one request share a request id, so the runner's rows
 # are matched back to sequences by this number.
 _seq_ids = itertools.count()
@@ -89,6 +96,13 @@ class Sequence:
 
     def append_token(self, token_id: int) -> None:
         self.token_ids.append(token_id)
+
+    def drop_placeholders(self) -> None:
+        """Forget the tokens still in flight (they sit at the end): the sequence ended
+        before they arrived, so its outputs count only the tokens it has."""
+        ids = self.token_ids
+        while len(ids) > self.num_prompt_tokens and ids[-1] == PLACEHOLDER:
+            ids.pop()
 
     def __repr__(self) -> str:
         return (

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from worker.engine.model_runner import ModelRunner, RunnerOutput
+from worker.engine.model_runner import ModelRunner, RunnerOutput, SampledFeed
 from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs
 from worker.engine.sampling_rows import ALL, LOGPROBS, SamplingRows, flags_of
 from worker.engine.scheduler_output import SchedulerOutput
@@ -126,6 +126,7 @@ class StepLauncher:
         if rows:
             try:
                 ids = self.sampler.sample_ids(result.logits, rows)
+                self.runner.feed = SampledFeed(result.seq_ids, ids)
                 return InFlight(result.seq_ids, ids, result.logits, rows, failed)
             except Exception as exc:  # sampled again below, row by row where needed, as
                 raise_if_device_fault(exc)  # the plain loop does; not after a device fault
@@ -143,9 +144,12 @@ class StepLauncher:
     ) -> StepResult:
         """Sampled on the host now, failures contained (`sample_contained`)."""
         if not rows:
+            self.runner.feed = None  # no token in flight: no row reads one
             return StepResult(result.seq_ids, [], [], failed)
         sampled, bad_rows = sample_contained(self.sampler, result.logits, rows)
         failed |= {result.seq_ids[row]: why for row, why in bad_rows.items()}
+        fed = torch.tensor([max(t, 0) for t in sampled.token_ids], device=self.runner.device)
+        self.runner.feed = SampledFeed(result.seq_ids, fed)
         return StepResult(result.seq_ids, sampled.token_ids, sampled.logprobs, failed)
 
 
