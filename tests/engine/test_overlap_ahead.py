@@ -7,6 +7,7 @@ stops scheduling ahead, and check that doing so changes no token, text, finish o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,18 +54,25 @@ def watch(engine: LLMEngine) -> tuple[list[int], dict[tuple[str, int], int]]:
     return fed, counts
 
 
-def run(model_dir: Path, mode: str, plan: Any, num_blocks: int = 24) -> tuple[Any, ...]:
+def run(
+    model_dir: Path, mode: str, plan: Any, num_blocks: int = 24, pad: bool = False
+) -> tuple[Any, ...]:
     engine = make(model_dir, mode, num_blocks=num_blocks)  # 96 tokens: preempts
+    if pad:  # the static buffers and padded decode batches of the graph path, on the CPU
+        config = dataclasses.replace(engine.config, pad_decode_batches=True)
+        engine = LLMEngine(config)
+        assert engine.runner.inputs is not None and engine.runner.pad_sizes
     fed, counts = watch(engine)
     result = run_mix(engine, plan, {"cancel": 4})
     free_when_idle(engine)
     return result, counts, sum(fed), engine.scheduler.num_preemptions
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("mode", "pad"), [("async", False), ("thread", False), ("async", True)])
 def test_steps_launched_ahead_give_the_plain_loops_outputs(
     varied_model_dir: Path,  # noqa: F811
     mode: str,
+    pad: bool,
 ) -> None:
     reference = run_mix(
         make(varied_model_dir, "off"),
@@ -77,7 +85,7 @@ def test_steps_launched_ahead_give_the_plain_loops_outputs(
         (rid, p, greedy(18) if rid == "long" else params) for rid, p, params in the_plan(reference)
     ]
     plain, plain_counts, plain_fed, _ = run(varied_model_dir, "off", plan)
-    ahead, counts, fed, preemptions = run(varied_model_dir, mode, plan)
+    ahead, counts, fed, preemptions = run(varied_model_dir, mode, plan, pad=pad)
     assert plain_fed == 0  # the plain loop never holds a token's place
     assert fed > 20, fed  # most decode rows read their token on the device
     assert preemptions > 0
