@@ -1,0 +1,128 @@
+"""A short way to finish a structure from where its matcher is: what budget-aware decoding steers
+a constrained row along when its token budget runs low (``budget_closer``).
+
+Backend-neutral: the search needs only the ``Probe`` primitives (fork, accept a text and take it
+back, the forced continuation, whether the grammar may end here); each backend's matcher
+provides them and calls ``closing_tokens`` (``grammar_xgrammar.XGrammarMatcher.closing``).
+
+The search is a beam over characters: from each state it tries printable ASCII in an order that
+closes first (``"`` ``}`` ``]`` before ``,``, digits before letters, ``{`` ``[`` last), keeps the
+first ``_BRANCH`` the grammar accepts, appends the forced text after each (a JSON key, the rest
+of an enum value: free of choice, so not a branch), and keeps the first ``_BEAM`` states per
+round (the best parent's children first) until one may end; of those that may, the shortest
+text. Inside an unbounded JSON string that is one round (``"`` then the forced ``}``); a pattern
+like ``[A-Z]{3}-[0-9]{3}`` is seven. The text found is then tokenized by the model's tokenizer
+and checked token by token on a fork. Shortest in characters among what the beam kept, not
+proven shortest in tokens; from 150 random prefixes of the ten shapes of
+``ops/bench/openai_structured.py`` it closed every one, in 0.5 ms (median; 4.7 ms at most) and
+at most 28 tokens (``tests/engine/test_grammar_closing.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+# Characters tried at a branch, most closing first. ASCII only: a state that accepts no ASCII
+# character (inside a multi-byte character, a choice of CJK words) finds no way, and its row
+# decodes as before.
+PREFERENCE = (
+    '"}])'
+    + ",:"
+    + "0123456789"
+    + "abcdefghijklmnopqrstuvwxyz"
+    + " -."
+    + ("ABCDEFGHIJKLMNOPQRSTUVWXYZ" + "!#$%&'*+/;<=>?@\\^_`|~(" + "{[")
+)
+# Accepted characters kept per state, and states kept per round: 3 x 3 closed every shape we
+# tried; a round costs ~0.3 ms per state on 2 cores (95 accept/rollback pairs at 2.5 us at worst).
+_BRANCH = 3
+_BEAM = 3
+# Rounds (branch points) at most before giving up: a closing path of JSON has a few (a string's
+# quote, a required key's value, each enclosing bracket); 48 bounds a search at ~50 ms.
+_MAX_ROUNDS = 48
+
+
+class Probe(Protocol):
+    """What the search needs of a backend's matcher. Every method but ``fork`` may change the
+    probe; the search changes only forks."""
+
+    def fork(self) -> Probe:
+        """An independent copy at the same state."""
+        ...
+
+    def accept_text(self, text: str) -> bool:
+        """Take ``text`` (one step to roll back); False, unchanged, if the grammar refuses it."""
+        ...
+
+    def rollback_text(self) -> None:
+        """Undo the last accepted text."""
+        ...
+
+    def forced_text(self) -> str:
+        """The longest text every continuation from here starts with (may be empty)."""
+        ...
+
+    def can_end(self) -> bool:
+        """Whether the output so far is complete: a stop token may come next."""
+        ...
+
+    def accept(self, token_id: int) -> bool:
+        """Take one token; False if the grammar refuses it."""
+        ...
+
+
+def closing_tokens(
+    probe: Probe, encode: Callable[[str], list[int]], limit: int
+) -> list[int] | None:
+    """Tokens that take ``probe`` to a state where it may end (none if it may already), at most
+    ``limit`` of them; None if the search finds no such way. ``probe`` is left as it was."""
+    if probe.can_end():
+        return []
+    text = closing_text(probe, max_chars=max(16, 8 * limit))
+    if text is None:
+        return None
+    tokens = encode(text)
+    if len(tokens) > limit:
+        return None
+    check = probe.fork()  # the tokenizer's pieces need not be what the search accepted
+    if all(check.accept(t) for t in tokens) and check.can_end():
+        return tokens
+    return None
+
+
+def closing_text(probe: Probe, max_chars: int) -> str | None:
+    """The shortest text the beam finds that takes ``probe`` to where it may end."""
+    beam: list[tuple[str, Probe]] = [("", probe)]
+    for _ in range(_MAX_ROUNDS):
+        children: list[tuple[str, Probe]] = []
+        for text, state in beam:
+            for char in _accepted(state):
+                child = state.fork()
+                child.accept_text(char)
+                forced = child.forced_text()
+                if forced and not child.accept_text(forced):
+                    continue
+                children.append((text + char + forced, child))
+        children = [c for c in children if len(c[0]) <= max_chars]
+        if not children:
+            return None
+        done = [text for text, state in children if state.can_end()]
+        if done:
+            return min(done, key=len)
+        # The first children in preference order, not the shortest: forced text (a required key)
+        # is progress, and by length the beam would keep a string's content over its quote.
+        beam = children[:_BEAM]
+    return None
+
+
+def _accepted(state: Probe) -> list[str]:
+    """The first ``_BRANCH`` characters of ``PREFERENCE`` the grammar accepts next."""
+    found: list[str] = []
+    for char in PREFERENCE:
+        if state.accept_text(char):
+            state.rollback_text()
+            found.append(char)
+            if len(found) == _BRANCH:
+                break
+    return found
