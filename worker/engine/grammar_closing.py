@@ -6,8 +6,8 @@ back, the forced continuation, whether the grammar may end here); each backend's
 provides them and calls ``closing_tokens`` (``grammar_xgrammar.XGrammarMatcher.closing``).
 
 The search is a beam over characters: from each state it tries printable ASCII in an order that
-closes first (``"`` ``}`` ``]`` before ``,``, digits before letters, ``{`` ``[`` last), keeps the
-first ``_BRANCH`` the grammar accepts, appends the forced text after each (a JSON key, the rest
+closes first (``"`` ``}`` ``]`` before ``,``, digits before letters, ``{`` ``[`` last), keeps of
+each class the first the grammar accepts, appends the forced text after each (a JSON key, the rest
 of an enum value: free of choice, so not a branch), and keeps the first ``_BEAM`` states per
 round (the best parent's children first) until one may end; of those that may, the shortest
 text. Inside an unbounded JSON string that is one round (``"`` then the forced ``}``); a pattern
@@ -23,20 +23,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-# Characters tried at a branch, most closing first. ASCII only: a state that accepts no ASCII
-# character (inside a multi-byte character, a choice of CJK words) finds no way, and its row
-# decodes as before.
-PREFERENCE = (
-    '"}])'
-    + ",:"
-    + "0123456789"
-    + "abcdefghijklmnopqrstuvwxyz"
-    + " -."
-    + ("ABCDEFGHIJKLMNOPQRSTUVWXYZ" + "!#$%&'*+/;<=>?@\\^_`|~(" + "{[")
+# Characters tried at a branch, by class, most closing first; of each class the first the grammar
+# accepts is a branch (the first letter of an enum value, the digit a range allows, the `@` of an
+# e-mail pattern besides its letters). ASCII only: a state that accepts no ASCII character (inside
+# a multi-byte character, a choice of CJK words) finds no way, and its row decodes as before.
+CLASSES = (
+    '"}])',
+    ",:",
+    "0123456789",
+    "abcdefghijklmnopqrstuvwxyz",
+    " -.",
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+    "!#$%&'*+/;<=>?@\\^_`|~(",
+    "{[",
 )
-# Accepted characters kept per state, and states kept per round: 3 x 3 closed every shape we
-# tried; a round costs ~0.3 ms per state on 2 cores (95 accept/rollback pairs at 2.5 us at worst).
-_BRANCH = 3
+# States kept per round: 3 closed every shape we tried; a round costs ~0.3 ms per state on 2
+# cores (95 accept/rollback pairs at 2.5 us, a fork per branch at 5 us).
 _BEAM = 3
 # Rounds (branch points) at most before giving up: a closing path of JSON has a few (a string's
 # quote, a required key's value, each enclosing bracket); 48 bounds a search at ~50 ms.
@@ -117,12 +119,12 @@ def closing_text(probe: Probe, max_chars: int) -> str | None:
 
 
 def _accepted(state: Probe) -> list[str]:
-    """The first ``_BRANCH`` characters of ``PREFERENCE`` the grammar accepts next."""
+    """Of each of ``CLASSES``, the first character the grammar accepts next."""
     found: list[str] = []
-    for char in PREFERENCE:
-        if state.accept_text(char):
-            state.rollback_text()
-            found.append(char)
-            if len(found) == _BRANCH:
+    for chars in CLASSES:
+        for char in chars:
+            if state.accept_text(char):
+                state.rollback_text()
+                found.append(char)
                 break
     return found
