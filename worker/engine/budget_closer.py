@@ -3,7 +3,7 @@
 A row's budget is the tokens it may still take: ``max_tokens`` or the model's length, whichever
 ends it first. While the budget is ample nothing changes. From ``FIRST_CHECK_TOKENS`` left, the
 row's matcher is asked how many tokens the structure still needs to be complete
-(``Matcher.closing``, a bounded search: ~0.5 ms, 5 ms at worst on 2 cores), on a schedule that
+(``Matcher.closing``, a bounded search: ~0.5 ms, 10 ms at worst on 2 cores), on a schedule that
 halves the slack between checks, so a row checks about ten times in its last 128 tokens and a
 row that ends before then never. Once the slack (budget - tokens needed - the stop token) is at
 most ``MARGIN``, the row is closing: each step allows only the next token of that closing path,

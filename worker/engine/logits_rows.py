@@ -3,10 +3,12 @@
 ``RowProcessors.apply`` runs in the sampler before it picks: it brings each row's state up to
 the tokens its sequence holds (the one sampled last step, or a resumed run's tokens, replayed
 once), fills the constrained rows' bitmask on the CPU and masks them all in one pass, then adds
-the biases and penalties. State is kept per ``Sequence`` (weakly: it goes with its sequence), so
-a preempted sequence keeps its matcher while it recomputes, and each of ``n`` choices has its
-own. The grammar mask stays in the logits (logprobs of a constrained row are over what the
-constraint allows, as in vLLM); biases and penalties are undone after sampling.
+the biases and penalties. A constrained row near the end of its budget may be closing
+(``budget_closer``): its mask is then the one token its closing path takes next, or the stops.
+State is kept per ``Sequence`` (weakly: it goes with its sequence), so a preempted sequence
+keeps its matcher while it recomputes, and each of ``n`` choices has its own. The grammar mask
+stays in the logits (logprobs of a constrained row are over what the constraint allows, as in
+vLLM); biases and penalties are undone after sampling.
 """
 
 from __future__ import annotations
