@@ -11,10 +11,12 @@ from typing import Any
 import jsonschema
 import pytest
 import torch
+import xgrammar as xgr
 
 from ops.bench.openai_structured import SCHEMAS
 from producer.constraints import ChoiceConstraint, JsonSchemaConstraint, RegexConstraint
 from worker.engine.budget_closer import FIRST_CHECK_TOKENS, MARGIN, STOPS, BudgetCloser
+from worker.engine.grammar_closing import TextEncoder
 from worker.engine.grammar_xgrammar import XGrammarBackend, XGrammarMatcher
 from worker.models.loader import load_tokenizer
 
@@ -172,3 +174,20 @@ def test_a_structure_that_cannot_finish_is_left_alone() -> None:
     matcher = FakeNeed(500)
     assert _run(BudgetCloser(), matcher, 300) == [None] * 300
     assert len(matcher.calls) < 40  # failed searches wait: 4 tokens, or a quarter of the budget
+
+
+def test_a_tokenizer_that_adds_a_prefix_space_falls_back_to_the_vocabulary(
+    backend: XGrammarBackend, tokenizer: Any
+) -> None:
+    # SentencePiece encodes '"}' alone as '▁"}': its own ids never spell the text, so the
+    # encoder matches the vocabulary's bytes, longest first.
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    spaced = TextEncoder(
+        lambda text: tokenizer.encode(" " + text, add_special_tokens=False),
+        info.decoded_vocab,
+        {EOS},
+    )
+    ids = spaced('"}, "n": 0}')
+    assert tokenizer.decode(ids) == '"}, "n": 0}'
+    assert ids == tokenizer.encode('"}, "n": 0}', add_special_tokens=False)
+    assert spaced("\x00") == [] or tokenizer.decode(spaced("\x00")) == "\x00"

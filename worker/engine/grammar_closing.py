@@ -20,7 +20,7 @@ at most 28 tokens (``tests/engine/test_grammar_closing.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 # Characters tried at a branch, by class, most closing first; of each class the first the grammar
@@ -128,3 +128,57 @@ def _accepted(state: Probe) -> list[str]:
                 found.append(char)
                 break
     return found
+
+
+class TextEncoder:
+    """A closing text as token ids: the tokenizer's own encoding where its tokens spell the text
+    byte for byte, else the longest vocabulary token at each point (a SentencePiece tokenizer
+    puts a ``▁`` before a text it encodes alone, so its own encoding would never check out).
+    ``vocab[t]`` is token ``t``'s bytes; ``special`` ids are never used."""
+
+    def __init__(
+        self,
+        encode: Callable[[str], list[int]],
+        vocab: Sequence[bytes],
+        special: Collection[int],
+    ) -> None:
+        self._encode = encode
+        self._vocab = vocab
+        self._special = frozenset(special)
+        self._by_bytes: dict[bytes, int] | None = None  # built at the first fallback (~30 ms)
+        self._longest = 1
+
+    def __call__(self, text: str) -> list[int]:
+        ids = self._encode(text)
+        size = len(self._vocab)
+        if (
+            all(0 <= t < size for t in ids)
+            and b"".join(self._vocab[t] for t in ids) == text.encode()
+        ):
+            return ids
+        return self._greedy(text.encode())
+
+    def _greedy(self, data: bytes) -> list[int]:
+        by_bytes = self._table()
+        ids: list[int] = []
+        start = 0
+        while start < len(data):
+            for end in range(min(len(data), start + self._longest), start, -1):
+                token = by_bytes.get(data[start:end])
+                if token is not None:
+                    ids.append(token)
+                    start = end
+                    break
+            else:
+                return []  # a byte no token spells: the caller's check fails, no closing
+        return ids
+
+    def _table(self) -> dict[bytes, int]:
+        if self._by_bytes is None:
+            table: dict[bytes, int] = {}
+            for token, piece in enumerate(self._vocab):
+                if piece and token not in self._special:
+                    table.setdefault(piece, token)
+            self._by_bytes = table
+            self._longest = max(map(len, table), default=1)
+        return self._by_bytes

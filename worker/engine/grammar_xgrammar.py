@@ -23,7 +23,7 @@ from producer.constraints import (
     Structure,
 )
 from worker.engine.grammar import GrammarError, clean_message
-from worker.engine.grammar_closing import closing_tokens
+from worker.engine.grammar_closing import TextEncoder, closing_tokens
 
 Encode = Callable[[str], list[int]]
 
@@ -118,9 +118,14 @@ class XGrammarBackend:
         self, tokenizer: Any, vocab_size: int, stop_token_ids: Sequence[int], threads: int = 2
     ) -> None:
         self.vocab_size = vocab_size
-        self._tokenizer = tokenizer
         info = xgr.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_token_ids)
+        )
+        special = {*info.special_token_ids, *stop_token_ids}
+        self._encode = TextEncoder(
+            lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
+            info.decoded_vocab,
+            special,
         )
         # Our own cache (grammar_compiles) keeps compiled grammars by content; xgrammar's
         # would keep a second copy of each.
@@ -135,9 +140,6 @@ class XGrammarBackend:
         except Exception as exc:
             message = f"{structure.type}: {clean_message(exc)}"
             raise GrammarError(f"invalid sampling parameter structure: {message}") from exc
-
-    def _encode(self, text: str) -> list[int]:
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
 
     def allocate_bitmask(self, rows: int) -> torch.Tensor:
         return xgr.allocate_token_bitmask(rows, self.vocab_size)
