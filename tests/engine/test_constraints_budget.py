@@ -111,6 +111,14 @@ def test_min_tokens_pads_a_closed_output_with_stop_tokens(engine: LLMEngine) -> 
     jsonschema.validate(json.loads(c.text), NOTE)
 
 
+def test_stop_strings_still_end_a_closing_job(engine: LLMEngine) -> None:
+    p = params(LOOPING, temperature=1.0, seed=3, max_tokens=20, stop=("never seen",))
+    _valid_stops(engine, engine.generate(["Hi"], p), 20)
+    cut = params(LOOPING, temperature=1.0, seed=3, max_tokens=20, stop=('"n"',))
+    (c,) = engine.generate(["Hi"], cut)  # the closing path writes the required key "n"
+    assert c.finish_reason == "stop_string" and c.text.startswith('{"note": "')
+
+
 class _Broken:
     def closing(self, limit: int) -> list[int] | None:
         raise RuntimeError("search bug")
