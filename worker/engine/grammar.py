@@ -3,8 +3,10 @@
 A backend turns a ``Structure`` (``producer.constraints``) into a compiled grammar for the model's
 vocabulary; a compiled grammar makes one matcher per sequence; a matcher says which tokens may
 come next (as a bitmask: bit ``t % 32`` of word ``t // 32`` set when token ``t`` may) and follows
-the tokens the sequence takes. xgrammar is the one backend today (``grammar_xgrammar``); another
-(llguidance) implements these three protocols and ``parse``.
+the tokens the sequence takes, and finds a short way to complete the constraint when the token
+budget runs low. xgrammar is the one backend today (``grammar_xgrammar``); another (llguidance)
+implements these three protocols (``Matcher.closing`` through ``grammar_closing.Probe``) and
+``parse``.
 
 ``check_structure`` is the admission check: it parses a constraint without the vocabulary (a
 fraction of a millisecond for a small schema), so a bad one is refused before its job starts.
@@ -49,6 +51,13 @@ class Matcher(Protocol):
 
     def is_terminated(self) -> bool:
         """Whether a stop token has been accepted: the constraint is complete."""
+        ...
+
+    def closing(self, limit: int) -> list[int] | None:
+        """Tokens that complete the constraint from here (then a stop token may come), at most
+        ``limit``; None if none are found. Leaves the matcher as it was. Budget-aware decoding
+        forces them when the budget runs low (``budget_closer``); a backend implements it with
+        ``grammar_closing.closing_tokens`` over its matcher's primitives."""
         ...
 
 

@@ -8,7 +8,7 @@ tokens: 5 ms for a small JSON Schema on this machine's 2 cores); the compile thr
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -23,6 +23,9 @@ from producer.constraints import (
     Structure,
 )
 from worker.engine.grammar import GrammarError, clean_message
+from worker.engine.grammar_closing import TextEncoder, closing_tokens
+
+Encode = Callable[[str], list[int]]
 
 # JSON constraints fix the whitespace to one line, `{"a": 1, "b": [2, 3]}` (xgrammar's
 # any_whitespace=False; vLLM's disable_any_whitespace): free whitespace let SmolLM2-135M at
@@ -56,10 +59,12 @@ def parse(structure: Structure) -> xgr.Grammar:
 
 
 class XGrammarMatcher:
-    """A ``grammar.Matcher`` over ``xgrammar.GrammarMatcher``."""
+    """A ``grammar.Matcher`` over ``xgrammar.GrammarMatcher``; also a ``grammar_closing.Probe``
+    (the primitives its budget search needs), with ``encode`` the model's tokenizer."""
 
-    def __init__(self, matcher: xgr.GrammarMatcher) -> None:
+    def __init__(self, matcher: xgr.GrammarMatcher, encode: Encode) -> None:
         self._matcher = matcher
+        self._encode = encode
 
     def accept(self, token_id: int) -> bool:
         return bool(self._matcher.accept_token(token_id))
@@ -70,17 +75,39 @@ class XGrammarMatcher:
     def is_terminated(self) -> bool:
         return bool(self._matcher.is_terminated())
 
+    def closing(self, limit: int) -> list[int] | None:
+        return closing_tokens(self, self._encode, limit)
+
+    # -- grammar_closing.Probe ---------------------------------------------------------------------
+
+    def fork(self) -> XGrammarMatcher:
+        return XGrammarMatcher(self._matcher.fork(), self._encode)  # ~5 us
+
+    def accept_text(self, text: str) -> bool:
+        return bool(self._matcher.accept_string(text))
+
+    def rollback_text(self) -> None:
+        self._matcher.rollback(1)  # an accepted string is one step
+
+    def forced_text(self) -> str:
+        return str(self._matcher.find_jump_forward_string())
+
+    def can_end(self) -> bool:
+        return bool(self._matcher.is_completed())
+
 
 class XGrammarCompiled:
     """A ``grammar.CompiledGrammar``: the compiled grammar and its size."""
 
-    def __init__(self, compiled: xgr.CompiledGrammar) -> None:
+    def __init__(self, compiled: xgr.CompiledGrammar, encode: Encode) -> None:
         self._compiled = compiled
+        self._encode = encode
         self.memory_bytes = int(compiled.memory_size_bytes)
 
     def matcher(self, stop_token_ids: Sequence[int]) -> XGrammarMatcher:
         stops = sorted(set(stop_token_ids))
-        return XGrammarMatcher(xgr.GrammarMatcher(self._compiled, override_stop_tokens=stops))
+        matcher = xgr.GrammarMatcher(self._compiled, override_stop_tokens=stops)
+        return XGrammarMatcher(matcher, self._encode)
 
 
 class XGrammarBackend:
@@ -94,6 +121,12 @@ class XGrammarBackend:
         info = xgr.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_token_ids)
         )
+        special = {*info.special_token_ids, *stop_token_ids}
+        self._encode = TextEncoder(
+            lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
+            info.decoded_vocab,
+            special,
+        )
         # Our own cache (grammar_compiles) keeps compiled grammars by content; xgrammar's
         # would keep a second copy of each.
         self._compiler = xgr.GrammarCompiler(info, max_threads=threads, cache_enabled=False)
@@ -101,7 +134,7 @@ class XGrammarBackend:
     def compile(self, structure: Structure) -> XGrammarCompiled:
         try:
             grammar = parse(structure)
-            return XGrammarCompiled(self._compiler.compile_grammar(grammar))
+            return XGrammarCompiled(self._compiler.compile_grammar(grammar), self._encode)
         except GrammarError:
             raise
         except Exception as exc:

@@ -76,13 +76,13 @@ class LLMEngine:
         # Structure constraints compile on a thread of their own; requests wait for them here.
         grammars = GrammarCompiles(xgrammar_backend(self.tokenizer, model.config.vocab_size, eos))
         self._constraints = ConstraintGate(grammars)
-        self.sampler = Sampler(sorted(eos), seed=config.seed, grammars=grammars)
         capacity = self.runner.num_blocks * config.cache.block_size
         self.max_model_len = min(
             config.scheduler.max_model_len or model.config.max_position,
             model.config.max_position,
             capacity,
         )
+        self.sampler = Sampler(sorted(eos), config.seed, grammars, self.max_model_len)
         self._requests: dict[str, list[RequestState]] = {}  # by request id: its n choices
         self._states: dict[int, RequestState] = {}  # unfinished choices by sequence id
         self._arrivals = itertools.count()

@@ -83,13 +83,14 @@ class Sampler:
         eos_token_ids: Sequence[int],
         seed: int | None = None,
         grammars: GrammarCompiles | None = None,
+        max_model_len: int | None = None,
     ) -> None:
         if any(t < 0 for t in eos_token_ids):
             raise ValueError(f"EOS token ids must be >= 0, got {list(eos_token_ids)}")
         self.eos_token_ids = tuple(eos_token_ids)
         self._seed = seed
         # Structure constraints, penalties and biases: state per sequence (``logits_rows``).
-        self.rows = RowProcessors(self.eos_token_ids, grammars)
+        self.rows = RowProcessors(self.eos_token_ids, grammars, max_model_len)
         self._generators: dict[torch.device, torch.Generator] = {}  # for unseeded rows
         self._row_generators: dict[torch.device, torch.Generator] = {}  # reseeded per seeded row
 
