@@ -30,6 +30,7 @@ from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs
 from worker.engine.sampling_rows import ALL, LOGPROBS, SamplingRows, flags_of
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.step_faults import (
+    DeviceFault,
     Failures,
     raise_if_device_fault,
     run_contained,
@@ -108,6 +109,7 @@ class StepLauncher:
         self.runner = runner
         self.sampler = sampler
         self._pool = None
+        self._fault: DeviceFault | None = None  # the step thread's, once it had one
         if mode == "thread":
             self._pool = ThreadPoolExecutor(1, "paternoster-step")
             # Process-wide, and only ever lowered: the thread mode is the one that needs it.
@@ -139,9 +141,16 @@ class StepLauncher:
     def _compute(
         self, decision: SchedulerOutput, requests: Mapping[int, SamplingRequest], flags: int
     ) -> StepResult:
-        """The whole step, as the plain loop runs it (on the background thread)."""
-        result, failed = run_contained(self.runner, decision)
-        return self._sample(result, failed, _rows(requests, result.seq_ids, flags))
+        """The whole step, as the plain loop runs it (on the background thread). A step
+        launched ahead of a device fault's report never touches the device."""
+        if self._fault is not None:
+            raise self._fault
+        try:
+            result, failed = run_contained(self.runner, decision)
+            return self._sample(result, failed, _rows(requests, result.seq_ids, flags))
+        except DeviceFault as fault:
+            self._fault = fault
+            raise
 
     def _sample(
         self, result: RunnerOutput, failed: Failures, rows: list[SamplingRequest]
