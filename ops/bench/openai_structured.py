@@ -3,6 +3,7 @@ on the bundled model: how many outputs parse and validate (issue 20's measuremen
 
     python ops/bench/openai_structured.py --seeds 20 --out ops/bench/results/openai_structured.json
     python ops/bench/openai_structured.py --seeds 2                    # smoke, about a minute
+    python ops/bench/openai_structured.py --modes tool_choice_required  # one mode again
 
 A redis-server of its own, one worker (``paternoster worker``, the bundled SmolLM2 unless
 ``--model``) and a gateway. For each of ten schemas of different shapes (flat, enums, nested
@@ -180,7 +181,8 @@ MODES: dict[str, Check] = {"parse": check_parse, "plain_response_format": check_
 def run_all(client: openai.OpenAI, args: argparse.Namespace) -> dict[str, Any]:
     """Every mode's cases, seed by seed (a run stopped early has its first seeds whole): each
     schema through ``parse`` and plain ``response_format``, and one ``tool_choice`` call."""
-    cases = [(mode, model, seed) for seed in range(args.seeds) for mode in MODES
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    cases = [(mode, model, seed) for seed in seeds for mode in args.modes
              for model in (SCHEMAS if mode != "tool_choice_required" else [None])]  # fmt: skip
     start = time.perf_counter()
 
@@ -197,7 +199,7 @@ def run_all(client: openai.OpenAI, args: argparse.Namespace) -> dict[str, Any]:
     with ThreadPoolExecutor(args.concurrency) as pool:
         results = list(pool.map(one, cases))
     report: dict[str, Any] = {}
-    for mode in MODES:
+    for mode in args.modes:
         mine = [(ok, reason, text) for m, ok, reason, text in results if m == mode]
         report[mode] = {"total": len(mine), "ok": sum(ok for ok, _, _ in mine),
                         "finish_reasons": dict(Counter(r for _, r, _ in mine)),
@@ -233,11 +235,15 @@ def wait_ready(base: str, log_dir: Path, timeout_s: float = 900) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--model", default=None, help="default: the bundled SmolLM2")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--modes", nargs="+", choices=tuple(MODES), default=list(MODES), help="default: all"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="openai-structured-"))
     redis_server = RedisServer(work)
