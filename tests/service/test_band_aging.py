@@ -6,6 +6,7 @@ so a band's head has "waited" without the test waiting: each test runs in millis
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,9 +40,19 @@ def reader(
     return band_reader
 
 
+# Sequence parts for explicit stream ids: two entries of one stream written "0 s ago" in one
+# millisecond need distinct, growing ids (a fixed "-0" made XADD refuse the second, 1 run in 15).
+_SEQUENCE = itertools.count(1)
+
+
+def past_id(ago_s: float) -> str:
+    """A stream id for an entry submitted ``ago_s`` seconds ago by this machine's clock."""
+    return f"{int((time.time() - ago_s) * 1000)}-{next(_SEQUENCE)}"
+
+
 def add(client: redis.Redis, keys: Keys, band: str, ago_s: float | None = None) -> str:
     """An entry in ``band``'s stream, submitted ``ago_s`` seconds ago (None: now)."""
-    entry_id = "*" if ago_s is None else f"{int((time.time() - ago_s) * 1000)}-0"
+    entry_id = "*" if ago_s is None else past_id(ago_s)
     return str(client.xadd(keys.band(band), {"id": band}, id=entry_id))
 
 
@@ -108,7 +119,7 @@ def test_an_aged_head_that_overtakes_is_read_alone(client: redis.Redis, keys: Ke
 def add_job(client: redis.Redis, keys: Keys, band: str, priority: int, ago_s: float) -> str:
     """An entry of a job of ``priority`` with its status hash, as SUBMIT writes them."""
     job_id = f"{band}-{priority}-{ago_s}"
-    entry_id = f"{int((time.time() - ago_s) * 1000)}-0"
+    entry_id = past_id(ago_s)
     client.hset(keys.job(job_id), StatusField.PRIORITY, priority)
     return str(client.xadd(keys.band(band), {EntryField.ID: job_id}, id=entry_id))
 
@@ -139,15 +150,27 @@ def test_the_urgent_reserve_stays_interactive(client: redis.Redis, keys: Keys) -
 
 @pytest.fixture
 def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Commands and pipelines sent to Redis, one count each: round trips."""
+    """The reader's own round trips: one per command it sends, one per pipeline it executes.
+
+    Counted where the reader calls redis-py, not on the socket: redis-py 8's default 5 s socket
+    timeout retries a command once a loaded machine answers late, and a fresh connection sends its
+    handshake (HELLO, CLIENT SETINFO) first. One CI run (1,279 s of tests where 560 s is usual)
+    counted 3 for a 2-trip read that way. Neither is the reader's doing.
+    """
     sent = [0]
-    original = redis.connection.AbstractConnection.send_packed_command
+    command = redis.Redis.execute_command
+    execute = redis.client.Pipeline.execute
 
-    def counting(self: Any, command: Any, check_health: bool = True) -> None:
+    def counting_command(self: Any, *args: Any, **options: Any) -> Any:
         sent[0] += 1
-        original(self, command, check_health)
+        return command(self, *args, **options)
 
-    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    def counting_execute(self: Any, raise_on_error: bool = True) -> Any:
+        sent[0] += 1
+        return execute(self, raise_on_error)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", counting_command)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counting_execute)
     yield sent
 
 
