@@ -40,6 +40,7 @@ from worker.engine.step_faults import (
     run_contained,
     sample_contained,
 )
+from worker.engine.token_decoder import decoder_for
 from worker.engine.wait_reasons import WaitInfo
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
@@ -56,6 +57,7 @@ class LLMEngine:
             torch.set_num_threads(config.num_threads)
         self.model_dir = resolve_model_dir(config.model)
         self.tokenizer: Any = load_tokenizer(self.model_dir)
+        decoder_for(self.tokenizer, True)  # its byte table (0.1 s) now, not in the first step
         dtype = pick_dtype(config.dtype, self.device)
         model = load_model(self.model_dir, dtype, self.device, config.quantization, config.model)
         self.model_config = model.config
