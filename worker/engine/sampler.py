@@ -2,11 +2,11 @@
 
 Pipeline per row: mask EOS/stop ids until ``min_tokens`` → greedy rows take the argmax →
 random rows divide by temperature, drop tokens below the min-p and top-k thresholds, then below the
-top-p threshold, and race exponential noise (``argmax(logit - log E)``, E ~ Exp(1): the Gumbel-max
-trick, an exact sample from the softmax of what is left, up to float32 uniforms). Logprobs come
+top-p threshold, and draw from the softmax of what is left by inverting its CDF at one uniform a
+row (``sampling_ops.inverse_cdf_rows``: an exact sample up to float32 rounding). Logprobs come
 from the raw logits.
 
-Seeded rows draw their noise from a generator seeded with ``step_seed(seed, output_index)`` alone,
+Seeded rows draw their uniform from a generator seeded with ``step_seed(seed, output_index)`` alone,
 so a seeded request gives the same tokens whatever shares its batch, and a request resumed at any
 ``output_index`` (after preemption or a crash) continues exactly where it left off.
 """
@@ -21,7 +21,13 @@ import torch
 from worker.engine.grammar_compiles import GrammarCompiles
 from worker.engine.logits_rows import RowProcessors
 from worker.engine.penalties import undo
-from worker.engine.sampling_ops import apply_min_p_top_k, apply_top_p, argmax_rows, row_values
+from worker.engine.sampling_ops import (
+    apply_min_p_top_k,
+    apply_top_p,
+    argmax_rows,
+    inverse_cdf_rows,
+    row_values,
+)
 from worker.engine.sampling_params import InvalidSamplingParams
 from worker.engine.sampling_rows import (
     GREEDY_TEMPERATURE,
@@ -188,8 +194,8 @@ class Sampler:
     def _sample_random(
         self, x: torch.Tensor, requests: Sequence[SamplingRequest], owned: bool
     ) -> torch.Tensor:
-        """Temperature, min-p and top-k, top-p, then the exponential race; x (R, V), which may
-        be changed in place if ``owned``."""
+        """Temperature, min-p and top-k, top-p, then the draw; x (R, V), which may be changed in
+        place if ``owned``."""
         params = [r.params for r in requests]
         temps = row_values([p.temperature for p in params], x.device)[:, None]
         # (R, V) float32, a fresh tensor we may change in place. One we own already (a gathered
@@ -198,17 +204,16 @@ class Sampler:
         x = y.div_(temps) if owned or y is not x else y / temps
         apply_min_p_top_k(x, params)
         apply_top_p(x, params)
-        # Gumbel-max: argmax(x + G), G = -log(E), E = -log(U) ~ Exp(1). torch.rand plus two logs
-        # measured ~14 ms at 64 x 49152 on 2 cores, exponential_() ~63 ms.
-        return argmax_rows(x.sub_(self._uniform(x, requests).log_().neg_().log_()))
+        return inverse_cdf_rows(x, self._uniform(x, requests))
 
     def _uniform(self, x: torch.Tensor, requests: Sequence[SamplingRequest]) -> torch.Tensor:
-        """U[0, 1) like x: seeded rows from (seed, output_index) alone, the rest batched."""
+        """U[0, 1), one a row, (R, 1): seeded rows from (seed, output_index) alone, the rest
+        batched."""
         dev = x.device
-        noise = torch.empty_like(x)
+        u = torch.empty((x.shape[0], 1), dtype=x.dtype, device=dev)
         seeded = [i for i, r in enumerate(requests) if r.params.seed is not None]
         if len(seeded) < len(requests):
-            noise.uniform_(generator=self._generator(dev))
+            u.uniform_(generator=self._generator(dev))
         if seeded:
             gen = self._row_generators.get(dev) or torch.Generator(device=dev)
             self._row_generators[dev] = gen
@@ -216,9 +221,8 @@ class Sampler:
                 seed = requests[i].params.seed
                 assert seed is not None
                 gen.manual_seed(step_seed(seed, requests[i].output_index))
-                noise[i].uniform_(generator=gen)
-        # U = 0 gives E = inf and x - log(E) = -inf: that token loses, never NaN.
-        return noise
+                u[i].uniform_(generator=gen)
+        return u
 
     def _generator(self, device: torch.device) -> torch.Generator:
         gen = self._generators.get(device)

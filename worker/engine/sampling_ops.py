@@ -1,5 +1,6 @@
 """The sampler's row-wise tensor work on a ``(rows, vocab)`` logits batch: the min-p, top-k and
-top-p filters, and an argmax that finds the same index as ``torch.argmax`` several times faster.
+top-p filters, an argmax that finds the same index as ``torch.argmax`` several times faster, and
+the draw from each row's softmax by inverting its CDF.
 
 Every function treats each row alone, so a row's result never depends on its batch mates.
 """
@@ -52,6 +53,26 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     # Past the vocabulary's end the last column repeats: after it, so it never wins a tie.
     cols = (start[:, None] + torch.arange(c, device=x.device)).clamp_(max=vocab - 1)  # (N, C)
     return x.gather(1, cols).argmax(dim=-1) + start
+
+
+def inverse_cdf_rows(x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One index per row of ``x`` (R, V) float32 logits, drawn from the row's softmax by inverting
+    its CDF at ``u`` (R, 1), uniform in [0, 1): the first index whose cumulative mass passes
+    ``u`` times the total; ``x`` is overwritten (with the unnormalised CDF).
+
+    One uniform a row where the Gumbel-max race drew V and took two logs of each: at 256 x
+    49152 on 2 cores 29 ms against 85, of which torch's CPU generator alone took 44 (mt19937,
+    one thread). Exact up to float32 rounding of each CDF entry (on the CPU torch accumulates a
+    float cumsum in double), as fine as the race's float32 uniforms: a token of zero mass (masked
+    to -inf) has an empty interval and is never drawn."""
+    # An all -inf row (nothing allowed) gives a zero CDF and index 0, as the race's argmax did.
+    peak = x.amax(dim=-1, keepdim=True).clamp_(min=torch.finfo(x.dtype).min)
+    cdf = x.sub_(peak).exp_().cumsum_(dim=-1)  # (R, V) non-decreasing
+    total = cdf[:, -1:].contiguous()  # (R, 1)
+    picked = torch.searchsorted(cdf, u * total, right=True)
+    # u * total can round up to the total itself: then the last index with mass, not one past it.
+    last = torch.searchsorted(cdf, total, right=False)
+    return torch.minimum(picked, last).squeeze(1)
 
 
 def apply_min_p_top_k(x: torch.Tensor, params: Sequence[SamplingParams]) -> None:
