@@ -8,7 +8,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.engine.test_detokenizer import ALPHABET, CHAT_PROMPT, FFFD, TEXTS, encode, stream
+from tests.engine.test_detokenizer import (
+    ALPHABET,
+    CHAT_PROMPT,
+    FFFD,
+    STOP_SLICES,
+    TEXTS,
+    encode,
+    stops_of,
+    stream,
+)
 from worker.engine.byte_tokens import _agrees, byte_level_table, gpt2_char_bytes
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.sampling_params import SamplingParams
@@ -106,7 +115,7 @@ def test_a_split_character_at_the_end_comes_out_as_decode_says(smol_tokenizer: A
 @given(
     pieces=st.lists(ALPHABET, max_size=40),
     chunk=st.integers(1, 5),
-    stop_slices=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 4)), max_size=3),
+    stop_slices=STOP_SLICES,
     include=st.booleans(),
     skip=st.booleans(),
 )
@@ -119,7 +128,7 @@ def test_both_paths_agree_on_random_text_with_stops(
     skip: bool,
 ) -> None:
     text = "".join(pieces)
-    stops = tuple(dict.fromkeys(s for a, n in stop_slices if (s := text[a : a + n])))
+    stops = stops_of(text, stop_slices)
     im_end = smol_tokenizer.convert_tokens_to_ids("<|im_end|>")
     generated = [*encode(smol_tokenizer, text[: len(text) // 2]), im_end]
     generated += encode(smol_tokenizer, text[len(text) // 2 :])

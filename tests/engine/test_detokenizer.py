@@ -146,6 +146,13 @@ def test_no_tokens_after_a_stop_string(smol_tokenizer: Any) -> None:
 
 FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # three emoji joined by ZWJ
 ALPHABET = st.sampled_from([*"ab c\t\n  xyz.,!?é中文語😀👍🏽\u200d한", FAMILY, "  ", "\r\n"])
+# Up to three stop strings, each a slice (start, length) of the generated text.
+STOP_SLICES = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 4)), max_size=3)
+
+
+def stops_of(text: str, stop_slices: list[tuple[int, int]]) -> tuple[str, ...]:
+    """The distinct non-empty slices of ``text``: stop strings that may occur in it."""
+    return tuple(dict.fromkeys(s for a, n in stop_slices if (s := text[a : a + n])))
 
 
 @settings(
@@ -154,7 +161,7 @@ ALPHABET = st.sampled_from([*"ab c\t\n  xyz.,!?é中文語😀👍🏽\u200d한"
 @given(
     pieces=st.lists(ALPHABET, max_size=40),
     chunk=st.integers(1, 6),
-    stop_slices=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 4)), max_size=3),
+    stop_slices=STOP_SLICES,
     include=st.booleans(),
 )
 def test_concatenation_invariant_on_random_text(
@@ -165,7 +172,7 @@ def test_concatenation_invariant_on_random_text(
     include: bool,
 ) -> None:
     text = "".join(pieces)
-    stops = tuple(dict.fromkeys(s for a, n in stop_slices if (s := text[a : a + n])))
+    stops = stops_of(text, stop_slices)
     generated = encode(smol_tokenizer, text)
     params = SamplingParams(stop=stops, include_stop_str_in_output=include)
     deltas, detok = stream(smol_tokenizer, encode(smol_tokenizer, "Q: "), generated, params, chunk)
