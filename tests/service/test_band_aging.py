@@ -149,28 +149,35 @@ def test_the_urgent_reserve_stays_interactive(client: redis.Redis, keys: Keys) -
 
 
 @pytest.fixture
-def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """The reader's own round trips: one per command it sends, one per pipeline it executes.
+def round_trips(client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The reader's own round trips: one per command sent through ``client``, one per pipeline
+    of it executed.
 
-    Counted where the reader calls redis-py, not on the socket: redis-py 8's default 5 s socket
-    timeout retries a command once a loaded machine answers late, and a fresh connection sends its
-    handshake (HELLO, CLIENT SETINFO) first. One CI run (1,279 s of tests where 560 s is usual)
-    counted 3 for a 2-trip read that way. Neither is the reader's doing.
+    Counted on this client, where the reader calls redis-py, not on every socket of the
+    process: in CI's full run a thread left behind by an earlier test sent commands of its own
+    during the reads (2 expected, 5 counted), and on the socket redis-py 8's retry after its
+    5 s default socket timeout and a fresh connection's handshake count too (3, one loaded run).
     """
     sent = [0]
-    command = redis.Redis.execute_command
-    execute = redis.client.Pipeline.execute
+    command, pipeline = client.execute_command, client.pipeline
 
-    def counting_command(self: Any, *args: Any, **options: Any) -> Any:
+    def counting_command(*args: Any, **options: Any) -> Any:
         sent[0] += 1
-        return command(self, *args, **options)
+        return command(*args, **options)
 
-    def counting_execute(self: Any, raise_on_error: bool = True) -> Any:
-        sent[0] += 1
-        return execute(self, raise_on_error)
+    def counting_pipeline(*args: Any, **options: Any) -> Any:
+        pipe = pipeline(*args, **options)
+        execute = pipe.execute
 
-    monkeypatch.setattr(redis.Redis, "execute_command", counting_command)
-    monkeypatch.setattr(redis.client.Pipeline, "execute", counting_execute)
+        def counting_execute(raise_on_error: bool = True) -> Any:
+            sent[0] += 1
+            return execute(raise_on_error)
+
+        pipe.execute = counting_execute  # type: ignore[method-assign]
+        return pipe
+
+    monkeypatch.setattr(client, "execute_command", counting_command)
+    monkeypatch.setattr(client, "pipeline", counting_pipeline)
     yield sent
 
 
