@@ -73,6 +73,12 @@ timeout 5 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,cloc
 timeout 10 python3 -c 'import torch, triton, transformers; print("torch", torch.__version__,
 "triton", triton.__version__, "transformers", transformers.__version__,
 torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")' | tee -a "$OUT/env.txt"
+# transformers >= 5.25 imports Hugging Face's `kernels` package at module level, and ours (same
+# name, first on PYTHONPATH) shadows it: every HF model class fails to import (pyproject's pin).
+timeout 20 python3 -c 'import transformers.activations' 2>/dev/null \
+    || echo "transformers.activations does not import: with transformers >= 5.25 our kernels" \
+        "package shadows Hugging Face's; carry a transformers<5.25 wheel in .whl/" \
+        | tee -a "$OUT/env.txt"
 
 if [ $DEVICE = cpu ]; then
     # The C++ kernels build once (45 s on 2 cores) with no limit, in a directory of this run's
