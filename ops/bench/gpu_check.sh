@@ -18,11 +18,11 @@
 # script's own plumbing is proven before a lease is spent on it.
 # Time budget: each part has its own `timeout`, and a failing or killed part does not stop the
 # next, so one run says as much as it can. The limits, in seconds, in the order they run:
-#   environment 5 + 10, kernel tests 120, random Llama 30, random Qwen3 25,
+#   environment 5 + 10 + 10, kernel tests 120, random Llama 30, random Qwen3 25,
 #   engine mix 110 (HF CB took 48 s on 2026-11-30; it gives up itself after 55 s, so the report
 #   and ours' figures are still written), steps Llama 45, nano-vllm Qwen3 60, nano-vllm Llama 55,
 #   steps Qwen3 40, mix x4 35, decode grid 30 (it prints each case as it goes), digest 5
-#   = 570 s, 9.5 min at worst, within the 10 a lease command may run. NANO_HF_CB=1 adds 120 s.
+#   = 580 s, 9.7 min at worst, within the 10 a lease command may run. NANO_HF_CB=1 adds 120 s.
 # The parts most worth their time run first. Argument-rejection tests stay on the CPU (they pass
 # CPU tensors on purpose). Logs and JSON land in $OUT. Missing pure-Python packages (redis,
 # pydantic, our transformers pin) can come as wheels in .whl/ (see the device tool's README).
@@ -75,7 +75,7 @@ timeout 10 python3 -c 'import torch, triton, transformers; print("torch", torch.
 torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")' | tee -a "$OUT/env.txt"
 # transformers >= 5.25 imports Hugging Face's `kernels` package at module level, and ours (same
 # name, first on PYTHONPATH) shadows it: every HF model class fails to import (pyproject's pin).
-timeout 20 python3 -c 'import transformers.activations' 2>/dev/null \
+timeout 10 python3 -c 'import transformers.activations' 2>/dev/null \
     || echo "transformers.activations does not import: with transformers >= 5.25 our kernels" \
         "package shadows Hugging Face's; carry a transformers<5.25 wheel in .whl/" \
         | tee -a "$OUT/env.txt"
