@@ -25,7 +25,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 
+from ops.bench.common import median_seconds
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.sampler import Sampler, SamplingRequest
 from worker.engine.sampling_params import SamplingParams
@@ -86,7 +87,9 @@ def sampler(args: argparse.Namespace) -> dict[str, float]:
             params = SamplingParams(**fields)  # type: ignore[arg-type]
             requests = [SamplingRequest(params, 5, None) for _ in range(rows)]
             call = functools.partial(sample, logits, requests)
-            out[f"{name}_{rows}_rows_ms"] = round(1e3 * _median_s(call, args.repeats), 2)
+            # The first of ``--repeats`` calls warms the allocator; the median is of the rest.
+            seconds = median_seconds(call, max(1, args.repeats - 1))
+            out[f"{name}_{rows}_rows_ms"] = round(1e3 * seconds, 2)
     return out
 
 
@@ -135,15 +138,6 @@ def batch(args: argparse.Namespace) -> dict[str, float]:
         "output_tok_per_s": round(tokens / wall_s, 1),
         "sampler_share": round(spent[0] / wall_s, 3),
     }
-
-
-def _median_s(call: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:] or times)  # the first call warms the allocator
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
