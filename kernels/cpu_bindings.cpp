@@ -32,6 +32,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("gguf_dequantize", &gguf_dequantize, "GGUF blocks (n, row_bytes) -> float32 (n, k)",
           nogil);
     m.def("quant_isa", &quant_isa, "The quantized kernels' vector paths: avx512 or avx2");
+    py::class_<DecodeStack>(m, "DecodeStack",
+                            "Every layer of an all-decode step in one call (float32)")
+        .def(py::init<int64_t, int64_t, int64_t, double, double, at::Tensor>(),
+             py::arg("num_q_heads"), py::arg("num_kv_heads"), py::arg("head_size"),
+             py::arg("eps"), py::arg("scale"), py::arg("final_norm"))
+        .def("add_linear", &DecodeStack::add_linear, py::arg("kind"), py::arg("weight"),
+             py::arg("scale") = py::none(), py::arg("format") = 0, py::arg("bias") = py::none())
+        .def("add_layer", &DecodeStack::add_layer)
+        .def("set_caches", &DecodeStack::set_caches)
+        .def_property_readonly("num_layers", &DecodeStack::num_layers)
+        .def("forward", &DecodeStack::forward, nogil);
     m.def("int8_linear", &int8_linear, "x @ (scale[:, None] * weight).T + bias, weight int8",
           py::arg("x"), py::arg("weight"), py::arg("scale"), py::arg("bias") = py::none(),
           nogil);

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace paternoster {
 
@@ -37,6 +39,43 @@ at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format);
 std::string quant_isa();  // "avx512" or "avx2": the vector paths this build compiled
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
                        const c10::optional<at::Tensor>& bias);
+
+// cpu_decode_stack.cpp: every layer of an all-decode step in one call (the Python layers'
+// kernels in their order). Built once per model by worker/models/decode_stack.py: per layer its
+// four projections (add_linear: qkv, o, gate_up, down), then its two norms (add_layer).
+class DecodeStack {
+   public:
+    static constexpr int64_t kFloat32 = 0;  // skinny_linear on the float32 weight
+    static constexpr int64_t kGguf = 1;     // gguf_linear on GGUF blocks of type `format`
+    static constexpr int64_t kInt8 = 2;     // int8_linear on an int8 weight and its scale
+
+    DecodeStack(int64_t num_q_heads, int64_t num_kv_heads, int64_t head_size, double eps,
+                double scale, at::Tensor final_norm);
+    void add_linear(int64_t kind, at::Tensor weight, c10::optional<at::Tensor> scale,
+                    int64_t format, c10::optional<at::Tensor> bias);
+    void add_layer(at::Tensor input_norm, at::Tensor post_norm);
+    void set_caches(std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches);
+    int64_t num_layers() const { return static_cast<int64_t>(norms_.size()); }
+    at::Tensor forward(at::Tensor hidden, const at::Tensor& cos, const at::Tensor& sin,
+                       const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+                       const at::Tensor& seq_lens) const;
+
+   private:
+    struct Linear {
+        int64_t kind;
+        at::Tensor weight;
+        at::Tensor scale;  // kInt8 only
+        int64_t format;    // kGguf only
+        c10::optional<at::Tensor> bias;
+        at::Tensor operator()(const at::Tensor& x) const;
+    };
+    int64_t num_q_heads_, num_kv_heads_, head_size_;
+    double eps_, scale_;
+    at::Tensor final_norm_;
+    std::vector<Linear> linears_;                            // 4 a layer
+    std::vector<std::pair<at::Tensor, at::Tensor>> norms_;  // (input, post-attention) a layer
+    std::vector<at::Tensor> k_caches_, v_caches_;
+};
 
 // The checks every kernel makes of its arguments, with the argument's name in the message.
 inline void check(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t dim) {

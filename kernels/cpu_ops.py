@@ -2,8 +2,9 @@
 
 `cpu_paged_attention.cpp` (decode attention, K/V write), `cpu_layer_ops.cpp` (rotary, SiLU,
 residual + RMSNorm), `cpu_linear.cpp` (projections of few rows), `cpu_quant_linear.cpp` and
-`cpu_int8_linear.cpp` (projections of GGUF blocks and of int8 weights; `cpu_quant.h`), bound to
-Python in `cpu_bindings.cpp`.
+`cpu_int8_linear.cpp` (projections of GGUF blocks and of int8 weights; `cpu_quant.h`) and
+`cpu_decode_stack.cpp` (every layer of an all-decode step in one call, over those kernels), bound
+to Python in `cpu_bindings.cpp`.
 
 The source is compiled for the machine it runs on (``-march=native``; ``PATERNOSTER_CPU_ARCH``,
 read once per process, or `load`'s ``arch`` names another ``-march`` target, e.g. ``haswell`` to
@@ -45,6 +46,7 @@ SOURCES = [
     _HERE / "cpu_linear.cpp",
     _HERE / "cpu_quant_linear.cpp",
     _HERE / "cpu_int8_linear.cpp",
+    _HERE / "cpu_decode_stack.cpp",
 ]
 HEADERS = [_HERE / "cpu_ops.h", _HERE / "cpu_quant.h"]
 # -fopenmp: at::parallel_for is inline OpenMP code compiled into this module; without the flag

@@ -12,6 +12,7 @@ from worker.attention.metadata import AttentionMetadata, KVCache
 from worker.attention.torch_backend import TorchAttentionBackend
 from worker.models.cpu_kernels import use_cpu_kernels
 from worker.models.cpu_linear import LinearBackend, pack_linears
+from worker.models.decode_stack import install_decode_stack
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
@@ -31,9 +32,12 @@ class CpuAttentionBackend(TorchAttentionBackend):
 
     def install_kernels(self, model: nn.Module, linear_backend: LinearBackend) -> KernelCounts:
         """The C++ layer kernels come from the same build as the attention kernels: few-row
-        projections through `skinny_linear`, norms, SiLU and rotary fused."""
+        projections through `skinny_linear`, norms, SiLU and rotary fused, and where the model
+        allows, its layers as one `DecodeStack` for all-decode steps."""
         packed = pack_linears(model, linear_backend, skinny_ops=self.ops)
-        return KernelCounts(packed, use_cpu_kernels(model, self.ops))
+        counts = KernelCounts(packed, use_cpu_kernels(model, self.ops))
+        install_decode_stack(model, self.ops, self)  # all-decode steps: one C++ call
+        return counts
 
     def write_kv(
         self, key: torch.Tensor, value: torch.Tensor, kv: KVCache, meta: AttentionMetadata

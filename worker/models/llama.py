@@ -7,6 +7,7 @@ A `CausalLM` (worker/models/base.py): one packed step per forward, attention thr
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -14,6 +15,9 @@ from torch import nn
 from worker.models.base import CausalLM, StepContext, WeightTarget
 from worker.models.config import ModelConfig
 from worker.models.layers import RMSNorm, RotaryEmbedding, SwiGLU, apply_rotary, rotate
+
+if TYPE_CHECKING:
+    from worker.models.decode_stack import DecodeStack
 
 __all__ = ["Attention", "LlamaForCausalLM", "StepContext"]
 
@@ -97,6 +101,10 @@ class DecoderLayer(nn.Module):
 class LlamaForCausalLM(CausalLM):
     """Decoder + LM head; `forward` returns hidden states, `compute_logits` only where sampled."""
 
+    # Every layer of an all-decode CPU step in one C++ call, bit-identical to the layers below;
+    # set by the CPU backend's `install_kernels` where every projection runs on our kernels.
+    decode_stack: DecodeStack | None = None
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -113,6 +121,9 @@ class LlamaForCausalLM(CausalLM):
         """``input_ids``/``positions`` ``(T,)`` -> final hidden states ``(T, hidden)``."""
         hidden = self.embed_tokens(input_ids)
         cos_sin = self.rotary.lookup(positions)
+        stack = self.decode_stack
+        if stack is not None and stack.takes(hidden.shape[0], ctx):
+            return stack(hidden, cos_sin, ctx)
         residual: torch.Tensor | None = None
         for layer in self.layers:
             hidden, residual = layer(hidden, residual, cos_sin, ctx)

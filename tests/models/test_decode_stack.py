@@ -1,0 +1,152 @@
+"""`DecodeStack` (worker/models/decode_stack.py, kernels/cpu_decode_stack.cpp): every layer of an
+all-decode CPU step in one C++ call, bit-identical to the Python layers, and taken only where it
+applies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.models.test_architectures import FAMILIES, save_tiny
+from worker.engine.config import CacheConfig, EngineConfig
+from worker.engine.llm_engine import LLMEngine
+from worker.engine.model_runner import ModelRunner
+from worker.engine.sampling_params import SamplingParams
+from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from worker.models.cpu_linear import SKINNY_MAX_ROWS
+from worker.models.decode_stack import DecodeStack
+from worker.models.loader import load_model
+from worker.models.quant import GEMM_MIN_ROWS
+
+CPU = torch.device("cpu")
+VOCAB = 97  # save_tiny's
+
+
+class Counted:
+    """Wraps a model's stack and counts the steps it ran."""
+
+    def __init__(self, stack: DecodeStack) -> None:
+        self.stack, self.calls = stack, 0
+
+    def takes(self, num_tokens: int, ctx: Any) -> bool:
+        return self.stack.takes(num_tokens, ctx)
+
+    def __call__(self, *args: Any) -> torch.Tensor:
+        self.calls += 1
+        return self.stack(*args)
+
+
+def runner_of(model_dir: Path, quantization: str = "none", stack: bool = True) -> ModelRunner:
+    model: Any = load_model(model_dir, torch.float32, CPU, quantization)
+    config = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=64), attention_backend="cpu")
+    runner = ModelRunner(config, model, CPU)
+    runner.backend.install_kernels(model, "auto")
+    assert isinstance(model.decode_stack, DecodeStack)
+    model.decode_stack = Counted(model.decode_stack) if stack else None
+    return runner
+
+
+def steps(runner: ModelRunner, num_seqs: int, decodes: int, vocab: int) -> list[torch.Tensor]:
+    """Logits of a prefill step of ``num_seqs`` prompts of 1-11 tokens, then ``decodes``
+    (at most 4) all-decode steps, each feeding the argmax back; scattered block tables."""
+    gen = torch.Generator().manual_seed(1)
+    lengths = [1 + 5 * i % 11 for i in range(num_seqs)]
+    prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
+    tables = [tuple(63 - 4 * i - j for j in range(4)) for i in range(num_seqs)]  # 16 tokens
+    items = tuple(
+        ScheduledSequence(f"s{i}", tuple(p), 0, tables[i], True, i) for i, p in enumerate(prompts)
+    )
+    out = runner.run(SchedulerOutput(items, sum(map(len, prompts)), ()))
+    logits, computed = [out.logits.clone()], [len(p) for p in prompts]
+    for _ in range(decodes):
+        row = {seq_id: r for r, seq_id in enumerate(out.seq_ids)}
+        nxt = [int(out.logits[row[i]].argmax()) for i in range(num_seqs)]
+        items = tuple(
+            ScheduledSequence(f"s{i}", (nxt[i],), computed[i], tables[i], True, i)
+            for i in range(num_seqs)
+        )
+        out = runner.run(SchedulerOutput(items, num_seqs, ()))
+        computed = [c + 1 for c in computed]
+        logits.append(out.logits.clone())
+    return logits
+
+
+@pytest.mark.parametrize("family", sorted(f for f in FAMILIES if not f.startswith("qwen3")))
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_decode_steps_equal_the_python_layers_bit_for_bit(
+    tmp_path: Path, family: str, quantization: str
+) -> None:
+    """Tied, llama3 rope, biases on every projection, Mistral, Qwen2; fp32 and int8 weights."""
+    model_dir = save_tiny(tmp_path, family)
+    fused, plain = runner_of(model_dir, quantization), runner_of(model_dir, quantization, False)
+    ours = steps(fused, 3, 4, VOCAB)
+    theirs = steps(plain, 3, 4, VOCAB)
+    assert fused.model.decode_stack.calls == 4  # type: ignore[union-attr]  # the decodes only
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.equal(a, b)
+    for fused_kv, plain_kv in zip(fused.kv_caches, plain.kv_caches, strict=True):
+        assert torch.equal(fused_kv.k_cache, plain_kv.k_cache)  # and it wrote the same K/V
+        assert torch.equal(fused_kv.v_cache, plain_kv.v_cache)
+
+
+def test_the_bundled_models_q4_1_blocks_equal_the_python_layers(smol_model_dir: Path) -> None:
+    fused, plain = runner_of(smol_model_dir, "gguf"), runner_of(smol_model_dir, "gguf", False)
+    assert fused.model.decode_stack.stack.max_rows == GEMM_MIN_ROWS - 1  # type: ignore[union-attr]
+    vocab = fused.model.config.vocab_size
+    for a, b in zip(steps(fused, 2, 3, vocab), steps(plain, 2, 3, vocab), strict=True):
+        assert torch.equal(a, b)
+    assert fused.model.decode_stack.calls == 3  # type: ignore[union-attr]
+
+
+def test_float32_steps_past_the_skinny_rows_keep_the_python_layers(tmp_path: Path) -> None:
+    """fp32 projections take oneDNN past `SKINNY_MAX_ROWS` rows: the stack would not match."""
+    runner = runner_of(save_tiny(tmp_path, "llama"))
+    stack: Any = runner.model.decode_stack
+    assert stack.stack.max_rows == SKINNY_MAX_ROWS
+    steps(runner, SKINNY_MAX_ROWS + 1, 2, VOCAB)
+    assert stack.calls == 0
+    steps(runner, SKINNY_MAX_ROWS, 1, VOCAB)
+    assert stack.calls == 1
+
+
+def test_models_the_stack_cannot_run_get_none(tmp_path: Path) -> None:
+    # Qwen3's q/k norms are not in the stack.
+    model: Any = load_model(save_tiny(tmp_path / "q", "qwen3"), torch.float32, CPU)
+    runner = ModelRunner(EngineConfig(attention_backend="cpu"), model, CPU)
+    runner.backend.install_kernels(model, "auto")
+    assert model.decode_stack is None
+    # torch's own linears: no kernel of ours to call.
+    model = load_model(save_tiny(tmp_path / "l", "llama"), torch.float32, CPU)
+    runner.backend.install_kernels(model, "torch")
+    assert model.decode_stack is None
+
+
+def test_engine_greedy_and_padded_steps_agree_with_and_without_it(tiny_model_dir: Path) -> None:
+    """Through the engine: the stack takes plain decode steps (tokens and logprobs equal to the
+    layers'), and leaves the padded static-buffer path (padding rows) to the layers."""
+
+    def run(stack: bool, pad: bool) -> tuple[list[Any], int]:
+        engine = LLMEngine(
+            EngineConfig(
+                model=str(tiny_model_dir),
+                attention_backend="cpu",
+                pad_decode_batches=pad,
+                cache=CacheConfig(block_size=4, num_blocks=128),
+            )
+        )
+        model: Any = engine.runner.model
+        counted = Counted(model.decode_stack)
+        model.decode_stack = counted if stack else None
+        params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True, logprobs=2)
+        prompts = ["Hello there", "The capital of France is", "1 2 3"]
+        done = engine.generate(prompts, params)
+        return [(c.token_ids, c.logprobs) for c in done], counted.calls
+
+    with_stack, calls = run(True, False)
+    assert calls >= 5 and with_stack == run(False, False)[0]
+    padded, padded_calls = run(True, True)
+    assert padded_calls == 0
+    assert [ids for ids, _ in padded] == [ids for ids, _ in with_stack]

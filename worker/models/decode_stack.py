@@ -1,0 +1,131 @@
+"""Every decoder layer of an all-decode CPU step in one C++ call (`kernels/cpu_decode_stack.cpp`).
+
+The Python layers of a decode step make ~30 calls a layer around their kernels: module calls,
+views, splits and the checks that pick a kernel. On one thread of a Zen 5 EPYC that was about
+2.4 of the 11.0 ms a single-stream token of SmolLM2-135M took on its Q4_1 blocks
+(`ops/bench/single_stream.py --profile`). The stack calls the same kernels on the same tensors in
+the same order from C++, so its hidden states are bit-identical to the layers' (tested), with
+the GIL released for the whole step.
+
+It is built once, at `install_kernels`, for a float32 Llama-family model whose every projection
+already runs on one of our kernels for few rows (a `PackedLinear` with `skinny_linear`, or a
+`QuantLinear` on GGUF blocks or int8) and whose layers have the C++ kernels attached; anything
+else (Qwen3's q/k norms, torch's own linears, another dtype) gets no stack. A step takes it only
+where every row is one decode token, none is padding, and there are few enough rows that each
+projection's Python path would have called that same kernel (`max_rows`).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from torch import nn
+
+from worker.models.base import StepContext
+from worker.models.cpu_linear import SKINNY_MAX_ROWS, PackedLinear
+from worker.models.quant import GEMM_MIN_ROWS, QuantLinear
+
+if TYPE_CHECKING:
+    from worker.attention import AttentionBackend
+    from worker.models.llama import DecoderLayer, LlamaForCausalLM
+
+# `DecodeStack`'s linear kinds (kernels/cpu_ops.h).
+FLOAT32, GGUF, INT8 = 0, 1, 2
+
+
+class DecodeStack:
+    """The C++ stack of a model's layers, and when a step may take it."""
+
+    def __init__(self, stack: Any, max_rows: int, backend: AttentionBackend) -> None:
+        self._stack = stack
+        self.max_rows = max_rows  # rows up to which every projection's Python path is the kernel
+        self._backend = backend
+        self._caches: object = None  # the runner's cache list the stack holds
+
+    def takes(self, num_tokens: int, ctx: StepContext) -> bool:
+        """Whether this step can run here: all decodes, no padding, few rows, our backend."""
+        meta = ctx.meta
+        return (
+            num_tokens <= self.max_rows
+            and meta.num_decodes == num_tokens == meta.num_seqs
+            and not meta.num_padding
+            and ctx.backend is self._backend
+        )
+
+    def __call__(
+        self, hidden: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], ctx: StepContext
+    ) -> torch.Tensor:
+        """The final (normed) hidden states of the step whose embeddings are ``hidden`` (T, H),
+        which is used as the residual stream and overwritten."""
+        if ctx.kv_caches is not self._caches:  # the runner's list: set once
+            self._stack.set_caches(
+                [kv.k_cache for kv in ctx.kv_caches], [kv.v_cache for kv in ctx.kv_caches]
+            )
+            self._caches = ctx.kv_caches
+        meta = ctx.meta
+        cos, sin = cos_sin
+        return self._stack.forward(
+            hidden, cos, sin, meta.slot_mapping, meta.block_tables, meta.seq_lens
+        )
+
+
+def install_decode_stack(model: nn.Module, ops: ModuleType, backend: AttentionBackend) -> bool:
+    """Give a Llama-family ``model`` its stack (None where some part would not run on our
+    kernels); whether it got one."""
+    from worker.models.llama import LlamaForCausalLM
+
+    if not isinstance(model, LlamaForCausalLM):
+        return False
+    model.decode_stack = _build(model, ops, backend)
+    return model.decode_stack is not None
+
+
+def _build(
+    model: LlamaForCausalLM, ops: ModuleType, backend: AttentionBackend
+) -> DecodeStack | None:
+    c = model.config
+    if not hasattr(ops, "DecodeStack") or c.qk_norm or model.norm.weight.dtype != torch.float32:
+        return None
+    layers = [cast("DecoderLayer", layer) for layer in model.layers]
+    if not layers:
+        return None
+    stack = ops.DecodeStack(
+        c.num_q_heads,
+        c.num_kv_heads,
+        c.head_size,
+        c.rms_norm_eps,
+        layers[0].self_attn.scale,
+        model.norm.weight,
+    )
+    max_rows = GEMM_MIN_ROWS - 1
+    for layer in layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if attn.cpu_ops is None or mlp.cpu_ops is None or layer.input_layernorm.cpu_ops is None:
+            return None
+        for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
+            rows = _add_linear(stack, linear)
+            if rows == 0:
+                return None
+            max_rows = min(max_rows, rows)
+        stack.add_layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+    return DecodeStack(stack, max_rows, backend)
+
+
+def _add_linear(stack: Any, linear: nn.Module) -> int:
+    """Add ``linear`` to ``stack`` as the kernel its Python path calls for few rows; the rows
+    up to which it does (0: it calls none of ours, so no stack)."""
+    if isinstance(linear, PackedLinear):
+        if linear.skinny_ops is None or linear.weight is None:
+            return 0
+        stack.add_linear(FLOAT32, linear.weight, bias=linear.bias)
+        return SKINNY_MAX_ROWS
+    if isinstance(linear, QuantLinear) and linear.qweight.ops is not None:
+        w = linear.qweight
+        if w.type_id is None:
+            stack.add_linear(INT8, w.data, scale=w.scale, bias=linear.bias)
+        else:
+            stack.add_linear(GGUF, w.data, format=w.type_id, bias=linear.bias)
+        return GEMM_MIN_ROWS - 1
+    return 0
