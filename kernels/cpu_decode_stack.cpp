@@ -14,6 +14,7 @@
 
 #include "cpu_ops.h"
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/rms_norm.h>
 #include <c10/util/Exception.h>
@@ -21,6 +22,17 @@
 #include <utility>
 
 namespace paternoster {
+
+namespace {
+
+// `worker.models.layers.rotate`'s ops, in its order: rotate-half of every head into a new tensor.
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    const int64_t half = x.size(-1) / 2;
+    const at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+    return at::cat({x1.mul(cos).sub(x2.mul(sin)), x2.mul(cos).add(x1.mul(sin))}, -1);
+}
+
+}  // namespace
 
 at::Tensor DecodeStack::Linear::operator()(const at::Tensor& x) const {
     switch (kind) {
@@ -55,12 +67,17 @@ void DecodeStack::add_linear(int64_t kind, at::Tensor weight, c10::optional<at::
     linears_.push_back(std::move(linear));
 }
 
-void DecodeStack::add_layer(at::Tensor input_norm, at::Tensor post_norm) {
+void DecodeStack::add_layer(at::Tensor input_norm, at::Tensor post_norm,
+                            c10::optional<at::Tensor> q_norm, c10::optional<at::Tensor> k_norm) {
     check(input_norm, "input_norm", at::kFloat, 1);
     check(post_norm, "post_norm", at::kFloat, 1);
     TORCH_CHECK(linears_.size() == 4 * (norms_.size() + 1),
                 "add qkv, o, gate_up and down (add_linear) before each layer's norms");
+    TORCH_CHECK(q_norm.has_value() == k_norm.has_value(), "q and k norms come together");
+    TORCH_CHECK(q_norms_.size() == (q_norm.has_value() ? norms_.size() : 0),
+                "every layer or none has q and k norms");
     norms_.emplace_back(std::move(input_norm), std::move(post_norm));
+    if (q_norm.has_value()) q_norms_.emplace_back(*std::move(q_norm), *std::move(k_norm));
 }
 
 void DecodeStack::set_caches(std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches) {
@@ -89,14 +106,25 @@ at::Tensor DecodeStack::forward(at::Tensor hidden, const at::Tensor& cos, const 
         const Linear* lin = &linears_[4 * i];
         if (i > 0) add_rms_norm_(x, residual, norms_[i].first, eps_);
         const at::Tensor qkv = lin[0](x);  // (T, q + 2 kv)
-        // q and k rotate as one (T, Hq + Hkv, D) view, in place; v is the rest of the row.
-        at::Tensor qk = qkv.narrow(1, 0, q_size + kv_size)
-                            .view({tokens, num_q_heads_ + num_kv_heads_, head_size_});
-        rotary_(qk, cos, sin);
-        const at::Tensor q = qk.narrow(1, 0, num_q_heads_);
-        const at::Tensor k = qk.narrow(1, num_q_heads_, num_kv_heads_);
         const at::Tensor v =
             qkv.narrow(1, q_size + kv_size, kv_size).view({tokens, num_kv_heads_, head_size_});
+        at::Tensor q, k;
+        if (q_norms_.empty()) {
+            // q and k rotate as one (T, Hq + Hkv, D) view, in place.
+            at::Tensor qk = qkv.narrow(1, 0, q_size + kv_size)
+                                .view({tokens, num_q_heads_ + num_kv_heads_, head_size_});
+            rotary_(qk, cos, sin);
+            q = qk.narrow(1, 0, num_q_heads_);
+            k = qk.narrow(1, num_q_heads_, num_kv_heads_);
+        } else {  // Qwen3: each head normed, then rotated by torch's ops, as `Attention` does
+            q = rotate(at::rms_norm(qkv.narrow(1, 0, q_size).view({tokens, num_q_heads_, head_size_}),
+                                    {head_size_}, q_norms_[i].first, eps_),
+                       cos, sin);
+            k = rotate(at::rms_norm(qkv.narrow(1, q_size, kv_size)
+                                        .view({tokens, num_kv_heads_, head_size_}),
+                                    {head_size_}, q_norms_[i].second, eps_),
+                       cos, sin);
+        }
         write_kv(k, v, k_caches_[i], v_caches_[i], slot_mapping);
         at::Tensor attn = at::empty({tokens, num_q_heads_, head_size_}, hidden.options());
         paged_decode_attention(attn, q, k_caches_[i], v_caches_[i], block_tables, seq_lens,

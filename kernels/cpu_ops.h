@@ -53,7 +53,8 @@ class DecodeStack {
                 double scale, at::Tensor final_norm);
     void add_linear(int64_t kind, at::Tensor weight, c10::optional<at::Tensor> scale,
                     int64_t format, c10::optional<at::Tensor> bias);
-    void add_layer(at::Tensor input_norm, at::Tensor post_norm);
+    void add_layer(at::Tensor input_norm, at::Tensor post_norm, c10::optional<at::Tensor> q_norm,
+                   c10::optional<at::Tensor> k_norm);
     void set_caches(std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches);
     int64_t num_layers() const { return static_cast<int64_t>(norms_.size()); }
     at::Tensor forward(at::Tensor hidden, const at::Tensor& cos, const at::Tensor& sin,
@@ -74,6 +75,7 @@ class DecodeStack {
     at::Tensor final_norm_;
     std::vector<Linear> linears_;                            // 4 a layer
     std::vector<std::pair<at::Tensor, at::Tensor>> norms_;  // (input, post-attention) a layer
+    std::vector<std::pair<at::Tensor, at::Tensor>> q_norms_;  // (q, k) a layer: Qwen3
     std::vector<at::Tensor> k_caches_, v_caches_;
 };
 

@@ -74,12 +74,13 @@ def steps(runner: ModelRunner, num_seqs: int, decodes: int, vocab: int) -> list[
     return logits
 
 
-@pytest.mark.parametrize("family", sorted(f for f in FAMILIES if not f.startswith("qwen3")))
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("quantization", ["none", "int8"])
 def test_decode_steps_equal_the_python_layers_bit_for_bit(
     tmp_path: Path, family: str, quantization: str
 ) -> None:
-    """Tied, llama3 rope, biases on every projection, Mistral, Qwen2; fp32 and int8 weights."""
+    """Tied, llama3 rope, biases on every projection, Mistral, Qwen2, Qwen3 (q/k norms, tied
+    or not); fp32 and int8 weights."""
     model_dir = save_tiny(tmp_path, family)
     fused, plain = runner_of(model_dir, quantization), runner_of(model_dir, quantization, False)
     ours = steps(fused, 3, 4, VOCAB)
@@ -113,13 +114,9 @@ def test_float32_steps_past_the_skinny_rows_keep_the_python_layers(tmp_path: Pat
 
 
 def test_models_the_stack_cannot_run_get_none(tmp_path: Path) -> None:
-    # Qwen3's q/k norms are not in the stack.
-    model: Any = load_model(save_tiny(tmp_path / "q", "qwen3"), torch.float32, CPU)
+    """torch's own linears (``linear_backend="torch"``): no kernel of ours to call."""
+    model: Any = load_model(save_tiny(tmp_path, "llama"), torch.float32, CPU)
     runner = ModelRunner(EngineConfig(attention_backend="cpu"), model, CPU)
-    runner.backend.install_kernels(model, "auto")
-    assert model.decode_stack is None
-    # torch's own linears: no kernel of ours to call.
-    model = load_model(save_tiny(tmp_path / "l", "llama"), torch.float32, CPU)
     runner.backend.install_kernels(model, "torch")
     assert model.decode_stack is None
 

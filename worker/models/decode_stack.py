@@ -9,8 +9,9 @@ the GIL released for the whole step.
 
 It is built once, at `install_kernels`, for a float32 Llama-family model whose every projection
 already runs on one of our kernels for few rows (a `PackedLinear` with `skinny_linear`, or a
-`QuantLinear` on GGUF blocks or int8) and whose layers have the C++ kernels attached; anything
-else (Qwen3's q/k norms, torch's own linears, another dtype) gets no stack. A step takes it only
+`QuantLinear` on GGUF blocks or int8) and whose layers have the C++ kernels attached (Qwen3's
+q/k norms and their rotary by torch's ops included); anything else (torch's own linears, another
+dtype) gets no stack. A step takes it only
 where every row is one decode token, none is padding, and there are few enough rows that each
 projection's Python path would have called that same kernel (`max_rows`).
 """
@@ -86,7 +87,7 @@ def _build(
     model: LlamaForCausalLM, ops: ModuleType, backend: AttentionBackend
 ) -> DecodeStack | None:
     c = model.config
-    if not hasattr(ops, "DecodeStack") or c.qk_norm or model.norm.weight.dtype != torch.float32:
+    if not hasattr(ops, "DecodeStack") or model.norm.weight.dtype != torch.float32:
         return None
     layers = [cast("DecoderLayer", layer) for layer in model.layers]
     if not layers:
@@ -109,7 +110,10 @@ def _build(
             if rows == 0:
                 return None
             max_rows = min(max_rows, rows)
-        stack.add_layer(layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+        qk_norms = (attn.q_norm.weight, attn.k_norm.weight) if attn.q_norm and attn.k_norm else ()
+        stack.add_layer(
+            layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *qk_norms
+        )
     return DecodeStack(stack, max_rows, backend)
 
 
