@@ -19,7 +19,7 @@ from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.models.cpu_linear import SKINNY_MAX_ROWS
 from worker.models.decode_stack import DecodeStack
 from worker.models.loader import load_model
-from worker.models.quant import GEMM_MIN_ROWS
+from worker.models.quant import GGUF_GEMM_MIN_ROWS, INT8_GEMM_MIN_ROWS
 
 CPU = torch.device("cpu")
 VOCAB = 97  # save_tiny's
@@ -85,7 +85,13 @@ def test_decode_steps_equal_the_python_layers_bit_for_bit(
     fused, plain = runner_of(model_dir, quantization), runner_of(model_dir, quantization, False)
     ours = steps(fused, 3, 4, VOCAB)
     theirs = steps(plain, 3, 4, VOCAB)
-    assert fused.model.decode_stack.calls == 4  # type: ignore[union-attr]  # the decodes only
+    stack: Any = fused.model.decode_stack
+    assert stack.calls == 4  # the decodes only
+    # Up to the rows at which each projection's Python path still calls the stack's kernel.
+    assert (
+        stack.stack.max_rows
+        == {"none": SKINNY_MAX_ROWS, "int8": INT8_GEMM_MIN_ROWS - 1}[quantization]
+    )
     for a, b in zip(ours, theirs, strict=True):
         assert torch.equal(a, b)
     for fused_kv, plain_kv in zip(fused.kv_caches, plain.kv_caches, strict=True):
@@ -95,7 +101,7 @@ def test_decode_steps_equal_the_python_layers_bit_for_bit(
 
 def test_the_bundled_models_q4_1_blocks_equal_the_python_layers(smol_model_dir: Path) -> None:
     fused, plain = runner_of(smol_model_dir, "gguf"), runner_of(smol_model_dir, "gguf", False)
-    assert fused.model.decode_stack.stack.max_rows == GEMM_MIN_ROWS - 1  # type: ignore[union-attr]
+    assert fused.model.decode_stack.stack.max_rows == GGUF_GEMM_MIN_ROWS - 1  # type: ignore[union-attr]
     vocab = fused.model.config.vocab_size
     for a, b in zip(steps(fused, 2, 3, vocab), steps(plain, 2, 3, vocab), strict=True):
         assert torch.equal(a, b)

@@ -48,7 +48,8 @@ def test_quant_linear_agrees_with_the_reference_on_every_path(with_kernels: bool
     for weight in (quant.QuantWeight(blocks, qr.Q4_1.type_id), quant.QuantWeight(q, None, scale)):
         quant.attach(weight, cpu_ops.load() if with_kernels else None)
         linear = quant.QuantLinear(weight, bias)
-        for rows in (1, 5, quant.GEMM_MIN_ROWS - 1, quant.GEMM_MIN_ROWS, 130):  # both sides
+        gemm = weight.gemm_min_rows
+        for rows in (1, 5, gemm - 1, gemm, 130):  # both sides
             x = torch.randn(rows, 96)
             expected = x @ weight.dequantize().T + bias
             torch.testing.assert_close(linear(x), expected, rtol=1e-4, atol=1e-4)

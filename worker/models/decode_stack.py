@@ -26,7 +26,7 @@ from torch import nn
 
 from worker.models.base import StepContext
 from worker.models.cpu_linear import SKINNY_MAX_ROWS, PackedLinear
-from worker.models.quant import GEMM_MIN_ROWS, QuantLinear
+from worker.models.quant import GGUF_GEMM_MIN_ROWS, QuantLinear
 
 if TYPE_CHECKING:
     from worker.attention import AttentionBackend
@@ -100,7 +100,7 @@ def _build(
         layers[0].self_attn.scale,
         model.norm.weight,
     )
-    max_rows = GEMM_MIN_ROWS - 1
+    max_rows = GGUF_GEMM_MIN_ROWS - 1  # the most any linear's kernel takes
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
         if attn.cpu_ops is None or mlp.cpu_ops is None or layer.input_layernorm.cpu_ops is None:
@@ -131,5 +131,5 @@ def _add_linear(stack: Any, linear: nn.Module) -> int:
             stack.add_linear(INT8, w.data, scale=w.scale, bias=linear.bias)
         else:
             stack.add_linear(GGUF, w.data, format=w.type_id, bias=linear.bias)
-        return GEMM_MIN_ROWS - 1
+        return w.gemm_min_rows - 1
     return 0

@@ -4,8 +4,8 @@
 dropped: no second copy). A step of few rows goes through our C++ kernels, which dequantize in
 registers (kernels/cpu_quant_linear.cpp, cpu_int8_linear.cpp); a step of many rows (a prefill
 chunk) dequantizes each weight into a transient fp32 buffer and runs oneDNN's GEMM on it, which
-at that size beats both (`GEMM_MIN_ROWS`). Without the C++ build, the torch references in
-kernels/quant_reference.py compute the same thing, slowly.
+at that size beats both (`QuantWeight.gemm_min_rows`). Without the C++ build, the torch
+references in kernels/quant_reference.py compute the same thing, slowly.
 
 `QuantEmbedding` looks up rows of the same weights and dequantizes just those: a tied LM head and
 its embedding share one quantized table (SmolLM2-135M: 30 MB of Q8_0 instead of 113 MB fp32).
@@ -20,11 +20,14 @@ from torch import nn
 
 from kernels import quant_reference as qr
 
-# Rows from which dequantize-then-oneDNN beats the register kernels. `python
-# ops/bench/quant_linear.py` (1 thread, CPU ms, the bundled file's 210 Q4_1 projections, Zen 4
-# EPYC), gguf_linear / dequantize + oneDNN: 16 rows 48.3 / 121.4, 32 rows 83.8 / 140.5,
-# 64 rows 163.0 / 143.9, 128 rows 323.9 / 222.4, 256 rows 654.6 / 319.0.
-GEMM_MIN_ROWS = 64
+# Rows from which dequantize-then-oneDNN beats the register kernels, for GGUF blocks and for
+# int8. `python ops/bench/quant_linear.py --rows 32 48 64 96 128 --repeats 3` (1 thread, CPU ms,
+# the bundled file's 210 Q4_1 projections, Zen 5 EPYC, 2026-12-04), kernel / dequantize +
+# oneDNN: Q4_1 40.7 / 79.7 at 32 rows, 83.6 / 112.2 at 64, 124.3 / 134.4 at 96, 163.5 / 160.3
+# at 128 (Q8_0 like Q4_1); int8's kernel 116.8 at 64 rows, 170.2 at 96. GGUF's was 64 too until
+# the 8 x 3 register passes made its kernel 1.9x faster at 64 rows (163.0 -> 83.6).
+GGUF_GEMM_MIN_ROWS = 128
+INT8_GEMM_MIN_ROWS = 64
 # Largest weight (as fp32) that path dequantizes: past glibc's 32 MiB mmap threshold each call's
 # buffer is a fresh mapping, page-faulted in. The tied Q8_0 head (49,152 x 576, 113 MB as fp32)
 # took 129 ms that way at 64 rows where `gguf_linear` took 41 (204 / 221 ms at 256 rows).
@@ -50,6 +53,11 @@ class QuantWeight(nn.Module):
         self.in_features = data.shape[1] if type_id is None else qr.in_features(data, type_id)
         self.out_features = data.shape[0]
         self.ops: ModuleType | None = None  # our C++ kernels, set by `attach`
+
+    @property
+    def gemm_min_rows(self) -> int:
+        """Rows from which `linear` dequantizes into oneDNN's GEMM instead of the kernel."""
+        return INT8_GEMM_MIN_ROWS if self.type_id is None else GGUF_GEMM_MIN_ROWS
 
     @property
     def format_name(self) -> str:
@@ -80,7 +88,7 @@ class QuantWeight(nn.Module):
             w = self.dequantize()
             return torch.nn.functional.linear(x, w, bias)
         if (
-            x.shape[0] >= GEMM_MIN_ROWS
+            x.shape[0] >= self.gemm_min_rows
             and self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
         ):
@@ -112,7 +120,7 @@ class QuantLinear(nn.Module):
             ops is not None
             and x.dim() == 2
             and x.dtype == torch.float32
-            and x.shape[0] < GEMM_MIN_ROWS
+            and x.shape[0] < w.gemm_min_rows
             and x.stride(1) == 1
         ):
             # A decode step's (rows, k) float32, straight to the kernel: no reshape, no cast and
