@@ -42,7 +42,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def("add_layer", &DecodeStack::add_layer, py::arg("input_norm"), py::arg("post_norm"),
              py::arg("q_norm") = py::none(), py::arg("k_norm") = py::none())
         .def("set_caches", &DecodeStack::set_caches)
-        .def_property_readonly("num_layers", &DecodeStack::num_layers)
         .def("forward", &DecodeStack::forward, nogil);
     m.def("int8_linear", &int8_linear, "x @ (scale[:, None] * weight).T + bias, weight int8",
           py::arg("x"), py::arg("weight"), py::arg("scale"), py::arg("bias") = py::none(),

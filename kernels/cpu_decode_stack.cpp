@@ -1,12 +1,12 @@
 // Every decoder layer of a decode step in one call: the same kernels the Python layers call, in
 // the same order on the same tensors, without the interpreter between them.
 //
-// A single-stream token of SmolLM2-135M on its Q4_1 blocks took 11.0 ms on 1 thread of a Zen 5
-// EPYC, of which the quantized projections were about 8 and the layers' Python (module calls,
-// views, checks: ~30 calls a layer, 30 layers) about 2.4 (`single_stream.py --profile`). Here a
-// layer is ~15 ATen/kernel calls with no Python in between, and the GIL is released for all of
-// them. The result is bit-identical to the Python path (tests/kernels/test_cpu_decode_stack.py):
-// same kernels, same arguments, same order.
+// A single-stream token of SmolLM2-135M on its Q4_1 blocks took 10.1-10.4 CPU ms on 1 thread of a
+// Zen 5 EPYC, about 8 of them in the quantized projections and most of the rest the layers'
+// Python (module calls, views, checks: ~30 calls a layer, 30 layers). Here a layer is ~15
+// ATen/kernel calls with no Python in between, and the GIL is released for all of them: 8.5-8.6
+// CPU ms a token (BENCHMARKS.md, issue 23's third pass). The result is bit-identical to the
+// Python path (tests/models/test_decode_stack.py): same kernels, same arguments, same order.
 //
 // It takes steps whose rows are all decodes, no padding rows, float32, few enough rows that each
 // projection's Python path would have called the kernel named in its `Linear` (the caller,

@@ -56,7 +56,6 @@ class DecodeStack {
     void add_layer(at::Tensor input_norm, at::Tensor post_norm, c10::optional<at::Tensor> q_norm,
                    c10::optional<at::Tensor> k_norm);
     void set_caches(std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches);
-    int64_t num_layers() const { return static_cast<int64_t>(norms_.size()); }
     at::Tensor forward(at::Tensor hidden, const at::Tensor& cos, const at::Tensor& sin,
                        const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                        const at::Tensor& seq_lens) const;

@@ -1,11 +1,12 @@
 """Every decoder layer of an all-decode CPU step in one C++ call (`kernels/cpu_decode_stack.cpp`).
 
 The Python layers of a decode step make ~30 calls a layer around their kernels: module calls,
-views, splits and the checks that pick a kernel. On one thread of a Zen 5 EPYC that was about
-2.4 of the 11.0 ms a single-stream token of SmolLM2-135M took on its Q4_1 blocks
-(`ops/bench/single_stream.py --profile`). The stack calls the same kernels on the same tensors in
-the same order from C++, so its hidden states are bit-identical to the layers' (tested), with
-the GIL released for the whole step.
+views, splits and the checks that pick a kernel. The stack calls the same kernels on the same
+tensors in the same order from C++, so its hidden states are bit-identical to the layers'
+(tested), with the GIL released for the whole step. On one thread of a Zen 5 EPYC a single-stream
+token of SmolLM2-135M on its Q4_1 blocks went from 10.1-10.4 to 8.5-8.6 CPU ms, and a batch-1
+step of the 16-layer host-overhead model from 1.07 to 0.51 ms (BENCHMARKS.md, issue 23's third
+pass).
 
 It is built once, at `install_kernels`, for a float32 Llama-family model whose every projection
 already runs on one of our kernels for few rows (a `PackedLinear` with `skinny_linear`, or a
