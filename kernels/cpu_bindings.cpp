@@ -32,7 +32,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("gguf_dequantize", &gguf_dequantize, "GGUF blocks (n, row_bytes) -> float32 (n, k)",
           nogil);
     m.def("quant_isa", &quant_isa, "The quantized kernels' vector paths: avx512 or avx2");
-    py::class_<DecodeStack>(m, "DecodeStack",
+    // module_local: a process can load two builds (native and -march=haswell, as the AVX2
+    // tests do), and pybind11 registers a type once per process unless it is local.
+    py::class_<DecodeStack>(m, "DecodeStack", py::module_local(),
                             "Every layer of an all-decode step in one call (float32)")
         .def(py::init<int64_t, int64_t, int64_t, double, double, at::Tensor>(),
              py::arg("num_q_heads"), py::arg("num_kv_heads"), py::arg("head_size"),

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from kernels import cpu_ops
 from tests.models.test_architectures import FAMILIES, save_tiny
+from worker.attention.cpu_backend import CpuAttentionBackend
 from worker.engine.config import CacheConfig, EngineConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.model_runner import ModelRunner
@@ -39,10 +41,19 @@ class Counted:
         return self.stack(*args)
 
 
-def runner_of(model_dir: Path, quantization: str = "none", stack: bool = True) -> ModelRunner:
+def runner_of(
+    model_dir: Path, quantization: str = "none", stack: bool = True, arch: str | None = None
+) -> ModelRunner:
+    """A runner on our C++ kernels, with the stack counted or taken away; ``arch``: the
+    kernels of that ``-march`` build instead of this machine's (fp32 only: a quantized model's
+    weights hold this machine's build)."""
     model: Any = load_model(model_dir, torch.float32, CPU, quantization)
     config = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=64), attention_backend="cpu")
     runner = ModelRunner(config, model, CPU)
+    if arch is not None:
+        ops = cpu_ops.load(arch)
+        assert ops is not None, cpu_ops.unavailable_reason(arch)
+        runner.backend = CpuAttentionBackend(ops)
     runner.backend.install_kernels(model, "auto")
     assert isinstance(model.decode_stack, DecodeStack)
     model.decode_stack = Counted(model.decode_stack) if stack else None
@@ -97,6 +108,21 @@ def test_decode_steps_equal_the_python_layers_bit_for_bit(
     for fused_kv, plain_kv in zip(fused.kv_caches, plain.kv_caches, strict=True):
         assert torch.equal(fused_kv.k_cache, plain_kv.k_cache)  # and it wrote the same K/V
         assert torch.equal(fused_kv.v_cache, plain_kv.v_cache)
+
+
+@pytest.mark.slow  # the -march=haswell build takes about a minute on 2 cores the first time
+def test_the_avx2_build_runs_the_stack_bit_for_bit(tmp_path: Path) -> None:
+    """The AVX2 code paths (`cpu_ops.load("haswell")`, a module of its own beside this
+    machine's, both DecodeStack classes loaded in one process)."""
+    model_dir = save_tiny(tmp_path, "llama-bias")
+    fused = runner_of(model_dir, arch="haswell")
+    plain = runner_of(model_dir, stack=False, arch="haswell")
+    native = runner_of(model_dir)  # this machine's build, loaded beside it
+    for a, b in zip(steps(fused, 3, 3, VOCAB), steps(plain, 3, 3, VOCAB), strict=True):
+        assert torch.equal(a, b)
+    steps(native, 3, 1, VOCAB)
+    assert fused.model.decode_stack.calls == 3  # type: ignore[union-attr]
+    assert native.model.decode_stack.calls == 1  # type: ignore[union-attr]
 
 
 def test_the_bundled_models_q4_1_blocks_equal_the_python_layers(smol_model_dir: Path) -> None:
