@@ -21,7 +21,6 @@ from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.models.cpu_linear import SKINNY_MAX_ROWS
 from worker.models.decode_stack import DecodeStack
 from worker.models.loader import load_model
-from worker.models.quant import GGUF_GEMM_MIN_ROWS, INT8_GEMM_MIN_ROWS
 
 CPU = torch.device("cpu")
 VOCAB = 97  # save_tiny's
@@ -58,6 +57,12 @@ def runner_of(
     assert isinstance(model.decode_stack, DecodeStack)
     model.decode_stack = Counted(model.decode_stack) if stack else None
     return runner
+
+
+def gemm_min_rows(runner: ModelRunner) -> int:
+    """Where the runner's quantized projections leave their kernel (`QuantWeight`)."""
+    model: Any = runner.model
+    return int(model.layers[0].self_attn.qkv_proj.qweight.gemm_min_rows)
 
 
 def steps(runner: ModelRunner, num_seqs: int, decodes: int, vocab: int) -> list[torch.Tensor]:
@@ -99,10 +104,8 @@ def test_decode_steps_equal_the_python_layers_bit_for_bit(
     stack: Any = fused.model.decode_stack
     assert stack.calls == 4  # the decodes only
     # Up to the rows at which each projection's Python path still calls the stack's kernel.
-    assert (
-        stack.stack.max_rows
-        == {"none": SKINNY_MAX_ROWS, "int8": INT8_GEMM_MIN_ROWS - 1}[quantization]
-    )
+    expected = SKINNY_MAX_ROWS if quantization == "none" else gemm_min_rows(fused) - 1
+    assert stack.stack.max_rows == expected
     for a, b in zip(ours, theirs, strict=True):
         assert torch.equal(a, b)
     for fused_kv, plain_kv in zip(fused.kv_caches, plain.kv_caches, strict=True):
@@ -127,7 +130,8 @@ def test_the_avx2_build_runs_the_stack_bit_for_bit(tmp_path: Path) -> None:
 
 def test_the_bundled_models_q4_1_blocks_equal_the_python_layers(smol_model_dir: Path) -> None:
     fused, plain = runner_of(smol_model_dir, "gguf"), runner_of(smol_model_dir, "gguf", False)
-    assert fused.model.decode_stack.stack.max_rows == GGUF_GEMM_MIN_ROWS - 1  # type: ignore[union-attr]
+    stack: Any = fused.model.decode_stack
+    assert stack.stack.max_rows == gemm_min_rows(fused) - 1
     vocab = fused.model.config.vocab_size
     for a, b in zip(steps(fused, 2, 3, vocab), steps(plain, 2, 3, vocab), strict=True):
         assert torch.equal(a, b)

@@ -146,3 +146,22 @@ def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
     finally:
         quant.attach(model, ops)
     assert ours == reference
+
+
+@pytest.mark.parametrize("arch", [None, pytest.param("haswell", marks=pytest.mark.slow)])
+def test_the_gemm_threshold_follows_the_kernels_isa(arch: str | None) -> None:
+    """AVX2's register kernels lose to dequantize + oneDNN from a few rows, AVX-512's only near
+    128 (`quant.GEMM_MIN_ROWS`), so each weight takes its build's thresholds."""
+    from kernels import cpu_ops
+    from kernels import quant_reference as qr
+
+    ops = cpu_ops.load(arch)
+    assert ops is not None
+    blocks = quant.QuantWeight(torch.zeros(4, 20, dtype=torch.uint8), qr.Q4_1.type_id)
+    codes = quant.QuantWeight(torch.zeros(4, 32, dtype=torch.int8), None, torch.ones(4))
+    gguf_rows, int8_rows = quant.GEMM_MIN_ROWS[ops.quant_isa()]
+    for weight, rows in ((blocks, gguf_rows), (codes, int8_rows)):
+        quant.attach(weight, ops)
+        assert weight.gemm_min_rows == rows
+    assert (ops.quant_isa() == "avx2") == (arch == "haswell")
+    assert quant.GEMM_MIN_ROWS["avx2"] < quant.GEMM_MIN_ROWS["avx512"]

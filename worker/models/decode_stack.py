@@ -27,7 +27,7 @@ from torch import nn
 
 from worker.models.base import StepContext
 from worker.models.cpu_linear import SKINNY_MAX_ROWS, PackedLinear
-from worker.models.quant import GGUF_GEMM_MIN_ROWS, QuantLinear
+from worker.models.quant import QuantLinear
 
 if TYPE_CHECKING:
     from worker.attention import AttentionBackend
@@ -101,21 +101,20 @@ def _build(
         layers[0].self_attn.scale,
         model.norm.weight,
     )
-    max_rows = GGUF_GEMM_MIN_ROWS - 1  # the most any linear's kernel takes
+    rows = []  # up to which each linear's Python path calls its kernel
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
         if attn.cpu_ops is None or mlp.cpu_ops is None or layer.input_layernorm.cpu_ops is None:
             return None
         for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
-            rows = _add_linear(stack, linear)
-            if rows == 0:
+            rows.append(_add_linear(stack, linear))
+            if rows[-1] == 0:
                 return None
-            max_rows = min(max_rows, rows)
         qk_norms = (attn.q_norm.weight, attn.k_norm.weight) if attn.q_norm and attn.k_norm else ()
         stack.add_layer(
             layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *qk_norms
         )
-    return DecodeStack(stack, max_rows, backend)
+    return DecodeStack(stack, min(rows), backend)
 
 
 def _add_linear(stack: Any, linear: nn.Module) -> int:

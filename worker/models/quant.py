@@ -20,14 +20,19 @@ from torch import nn
 
 from kernels import quant_reference as qr
 
-# Rows from which dequantize-then-oneDNN beats the register kernels, for GGUF blocks and for
-# int8. `python ops/bench/quant_linear.py --rows 32 48 64 96 128 --repeats 3` (1 thread, CPU ms,
-# the bundled file's 210 Q4_1 projections, Zen 5 EPYC, 2026-12-04), kernel / dequantize +
-# oneDNN: Q4_1 40.7 / 79.7 at 32 rows, 83.6 / 112.2 at 64, 124.3 / 134.4 at 96, 163.5 / 160.3
-# at 128 (Q8_0 like Q4_1); int8's kernel 116.8 at 64 rows, 170.2 at 96. GGUF's was 64 too until
-# the 8 x 3 register passes made its kernel 1.9x faster at 64 rows (163.0 -> 83.6).
-GGUF_GEMM_MIN_ROWS = 128
-INT8_GEMM_MIN_ROWS = 64
+# Rows from which dequantize-then-oneDNN beats the register kernels: (GGUF blocks, int8), by
+# the vector ISA the kernels were built for (`quant_isa`). `python ops/bench/quant_linear.py
+# --rows 8 16 32 48 64 96 128 --repeats 3 [--avx2]` (1 thread, CPU ms, the bundled file's 210
+# Q4_1 projections, Zen 5 EPYC, 2026-12-04), kernel / dequantize + oneDNN:
+# - AVX-512: Q4_1 40.7 / 79.7 at 32 rows, 83.6 / 112.2 at 64, 124.3 / 134.4 at 96,
+#   163.5 / 160.3 at 128 (Q8_0 like Q4_1); int8's kernel 116.8 at 64 rows, 170.2 at 96. GGUF's
+#   was 64 too until the 8 x 3 register passes made its kernel 1.9x faster at 64 rows.
+# - AVX2 (the -march=haswell build, 2 rows x 2 weight rows a pass): Q4_1 76.6 / 67.8 at 8
+#   rows, 156.0 / 70.9 at 16; int8 133.0 at 8. The GEMM side there ran this machine's AVX-512
+#   oneDNN (an AVX2 one is slower: about 2x on the GEMM, the same on the reorder, which is most
+#   of it at 8-16 rows), so the AVX2 thresholds are estimates until an AVX2 machine measures
+#   them; 64 had left AVX2 at 606 against 106 ms at 64 rows.
+GEMM_MIN_ROWS = {"avx512": (128, 64), "avx2": (8, 4)}
 # Largest weight (as fp32) that path dequantizes: past glibc's 32 MiB mmap threshold each call's
 # buffer is a fresh mapping, page-faulted in. The tied Q8_0 head (49,152 x 576, 113 MB as fp32)
 # took 129 ms that way at 64 rows where `gguf_linear` took 41 (204 / 221 ms at 256 rows).
@@ -53,11 +58,14 @@ class QuantWeight(nn.Module):
         self.in_features = data.shape[1] if type_id is None else qr.in_features(data, type_id)
         self.out_features = data.shape[0]
         self.ops: ModuleType | None = None  # our C++ kernels, set by `attach`
+        # Rows from which `linear` dequantizes into oneDNN's GEMM instead of the kernel.
+        self.gemm_min_rows = GEMM_MIN_ROWS["avx512"][self.type_id is None]
 
-    @property
-    def gemm_min_rows(self) -> int:
-        """Rows from which `linear` dequantizes into oneDNN's GEMM instead of the kernel."""
-        return INT8_GEMM_MIN_ROWS if self.type_id is None else GGUF_GEMM_MIN_ROWS
+    def attach(self, ops: ModuleType | None) -> None:
+        """Run on ``ops`` (our C++ kernels; None: the torch references)."""
+        self.ops = ops
+        gguf, int8 = GEMM_MIN_ROWS[ops.quant_isa() if ops is not None else "avx512"]
+        self.gemm_min_rows = int8 if self.type_id is None else gguf
 
     @property
     def format_name(self) -> str:
@@ -160,7 +168,7 @@ def attach(model: nn.Module, ops: ModuleType | None) -> int:
     """Give every `QuantWeight` of ``model`` the C++ kernels; how many there are."""
     weights = [m for m in model.modules() if isinstance(m, QuantWeight)]
     for weight in weights:
-        weight.ops = ops
+        weight.attach(ops)
     return len(weights)
 
 
