@@ -40,7 +40,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              py::arg("num_q_heads"), py::arg("num_kv_heads"), py::arg("head_size"),
              py::arg("eps"), py::arg("scale"), py::arg("final_norm"))
         .def("add_linear", &DecodeStack::add_linear, py::arg("kind"), py::arg("weight"),
-             py::arg("scale") = py::none(), py::arg("format") = 0, py::arg("bias") = py::none())
+             py::arg("scale") = py::none(), py::arg("format") = 0, py::arg("bias") = py::none(),
+             py::arg("packed") = py::none(), py::arg("skinny_rows") = 0)
         .def("add_layer", &DecodeStack::add_layer, py::arg("input_norm"), py::arg("post_norm"),
              py::arg("q_norm") = py::none(), py::arg("k_norm") = py::none())
         .def("set_caches", &DecodeStack::set_caches)

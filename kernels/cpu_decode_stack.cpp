@@ -9,17 +9,20 @@
 // Python path (tests/models/test_decode_stack.py): same kernels, same arguments, same order.
 //
 // It takes steps whose rows are all decodes, no padding rows, float32, few enough rows that each
-// projection's Python path would have called the kernel named in its `Linear` (the caller,
+// projection's Python path would have called what its `Linear` calls (the caller,
 // worker/models/decode_stack.py, decides; this file only checks shapes).
 
 #include "cpu_ops.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/rms_norm.h>
 #include <c10/util/Exception.h>
 
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace paternoster {
 
@@ -32,12 +35,25 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
     return at::cat({x1.mul(cos).sub(x2.mul(sin)), x2.mul(cos).add(x1.mul(sin))}, -1);
 }
 
+// oneDNN's GEMM on a weight it packed at load (`PackedLinear.packed`), as
+// ``torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")`` calls it.
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& packed,
+                         const c10::optional<at::Tensor>& bias) {
+    static const c10::OperatorHandle op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+    std::vector<c10::IValue> stack{x, packed, bias, std::string("none"),
+                                   c10::List<c10::optional<at::Scalar>>(), std::string("")};
+    op.callBoxed(&stack);
+    return stack[0].toTensor();
+}
+
 }  // namespace
 
 at::Tensor DecodeStack::Linear::operator()(const at::Tensor& x) const {
     switch (kind) {
-        case kFloat32:
-            return skinny_linear(x, weight, bias);
+        case kFloat32:  // `PackedLinear.forward`: few rows on the plain weight, if it kept one
+            if (weight.defined() && x.size(0) <= skinny_rows) return skinny_linear(x, weight, bias);
+            return onednn_linear(x, packed, bias);
         case kGguf:
             return gguf_linear(x, weight, format, bias);
         default:
@@ -59,11 +75,17 @@ DecodeStack::DecodeStack(int64_t num_q_heads, int64_t num_kv_heads, int64_t head
     check(final_norm_, "final_norm", at::kFloat, 1);
 }
 
-void DecodeStack::add_linear(int64_t kind, at::Tensor weight, c10::optional<at::Tensor> scale,
-                             int64_t format, c10::optional<at::Tensor> bias) {
+void DecodeStack::add_linear(int64_t kind, c10::optional<at::Tensor> weight,
+                             c10::optional<at::Tensor> scale, int64_t format,
+                             c10::optional<at::Tensor> bias, c10::optional<at::Tensor> packed,
+                             int64_t skinny_rows) {
     TORCH_CHECK(kind == kFloat32 || kind == kGguf || kind == kInt8, "unknown linear kind ", kind);
     TORCH_CHECK(kind != kInt8 || scale.has_value(), "an int8 linear needs its scale");
-    Linear linear{kind, std::move(weight), scale.value_or(at::Tensor()), format, std::move(bias)};
+    TORCH_CHECK(kind != kFloat32 || packed.has_value(), "a float32 linear needs its packed weight");
+    TORCH_CHECK(kind == kFloat32 || weight.has_value(), "a quantized linear needs its weight");
+    Linear linear{kind,   weight.value_or(at::Tensor()), scale.value_or(at::Tensor()),
+                  format, std::move(bias),               packed.value_or(at::Tensor()),
+                  skinny_rows};
     linears_.push_back(std::move(linear));
 }
 

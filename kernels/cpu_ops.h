@@ -45,14 +45,16 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
 // four projections (add_linear: qkv, o, gate_up, down), then its two norms (add_layer).
 class DecodeStack {
    public:
-    static constexpr int64_t kFloat32 = 0;  // skinny_linear on the float32 weight
+    static constexpr int64_t kFloat32 = 0;  // skinny_linear up to skinny_rows, else oneDNN
     static constexpr int64_t kGguf = 1;     // gguf_linear on GGUF blocks of type `format`
     static constexpr int64_t kInt8 = 2;     // int8_linear on an int8 weight and its scale
 
     DecodeStack(int64_t num_q_heads, int64_t num_kv_heads, int64_t head_size, double eps,
                 double scale, at::Tensor final_norm);
-    void add_linear(int64_t kind, at::Tensor weight, c10::optional<at::Tensor> scale,
-                    int64_t format, c10::optional<at::Tensor> bias);
+    void add_linear(int64_t kind, c10::optional<at::Tensor> weight,
+                    c10::optional<at::Tensor> scale, int64_t format,
+                    c10::optional<at::Tensor> bias, c10::optional<at::Tensor> packed,
+                    int64_t skinny_rows);
     void add_layer(at::Tensor input_norm, at::Tensor post_norm, c10::optional<at::Tensor> q_norm,
                    c10::optional<at::Tensor> k_norm);
     void set_caches(std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches);
@@ -67,6 +69,8 @@ class DecodeStack {
         at::Tensor scale;  // kInt8 only
         int64_t format;    // kGguf only
         c10::optional<at::Tensor> bias;
+        at::Tensor packed;    // kFloat32: oneDNN's packed weight
+        int64_t skinny_rows;  // kFloat32: rows up to which the plain weight (if any) is used
         at::Tensor operator()(const at::Tensor& x) const;
     };
     int64_t num_q_heads_, num_kv_heads_, head_size_;

@@ -19,7 +19,7 @@ from worker.engine.model_runner import ModelRunner
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.models.cpu_linear import SKINNY_MAX_ROWS
-from worker.models.decode_stack import DecodeStack
+from worker.models.decode_stack import ANY_ROWS, DecodeStack
 from worker.models.loader import load_model
 
 CPU = torch.device("cpu")
@@ -66,10 +66,11 @@ def gemm_min_rows(runner: ModelRunner) -> int:
 
 
 def steps(runner: ModelRunner, num_seqs: int, decodes: int, vocab: int) -> list[torch.Tensor]:
-    """Logits of a prefill step of ``num_seqs`` prompts of 1-11 tokens, then ``decodes``
-    (at most 4) all-decode steps, each feeding the argmax back; scattered block tables."""
+    """Logits of a prefill step of ``num_seqs`` prompts of 2-11 tokens (a 1-token prompt is a
+    decode, which `SchedulerOutput` orders first), then ``decodes`` (at most 4) all-decode steps,
+    each feeding the argmax back; scattered block tables."""
     gen = torch.Generator().manual_seed(1)
-    lengths = [1 + 5 * i % 11 for i in range(num_seqs)]
+    lengths = [2 + 5 * i % 10 for i in range(num_seqs)]
     prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in lengths]
     tables = [tuple(63 - 4 * i - j for j in range(4)) for i in range(num_seqs)]  # 16 tokens
     items = tuple(
@@ -104,7 +105,7 @@ def test_decode_steps_equal_the_python_layers_bit_for_bit(
     stack: Any = fused.model.decode_stack
     assert stack.calls == 4  # the decodes only
     # Up to the rows at which each projection's Python path still calls the stack's kernel.
-    expected = SKINNY_MAX_ROWS if quantization == "none" else gemm_min_rows(fused) - 1
+    expected = ANY_ROWS if quantization == "none" else gemm_min_rows(fused) - 1
     assert stack.stack.max_rows == expected
     for a, b in zip(ours, theirs, strict=True):
         assert torch.equal(a, b)
@@ -138,15 +139,16 @@ def test_the_bundled_models_q4_1_blocks_equal_the_python_layers(smol_model_dir: 
     assert fused.model.decode_stack.calls == 3  # type: ignore[union-attr]
 
 
-def test_float32_steps_past_the_skinny_rows_keep_the_python_layers(tmp_path: Path) -> None:
-    """fp32 projections take oneDNN past `SKINNY_MAX_ROWS` rows: the stack would not match."""
-    runner = runner_of(save_tiny(tmp_path, "llama"))
-    stack: Any = runner.model.decode_stack
-    assert stack.stack.max_rows == SKINNY_MAX_ROWS
-    steps(runner, SKINNY_MAX_ROWS + 1, 2, VOCAB)
-    assert stack.calls == 0
-    steps(runner, SKINNY_MAX_ROWS, 1, VOCAB)
-    assert stack.calls == 1
+def test_float32_steps_past_the_skinny_rows_run_onednn_in_the_stack(tmp_path: Path) -> None:
+    """fp32 projections take `skinny_linear` up to `SKINNY_MAX_ROWS` rows and oneDNN's packed
+    GEMM past them, in the stack as in `PackedLinear`: both sides of the cut, bit for bit."""
+    model_dir = save_tiny(tmp_path, "llama-bias")
+    for num_seqs in (SKINNY_MAX_ROWS, SKINNY_MAX_ROWS + 1, 14):  # fresh runners: fresh seq ids
+        fused, plain = runner_of(model_dir), runner_of(model_dir, stack=False)
+        ours = steps(fused, num_seqs, 2, VOCAB)
+        for a, b in zip(ours, steps(plain, num_seqs, 2, VOCAB), strict=True):
+            assert not a.isnan().any() and torch.equal(a, b)
+        assert fused.model.decode_stack.calls == 2  # type: ignore[union-attr]
 
 
 def test_models_the_stack_cannot_run_get_none(tmp_path: Path) -> None:

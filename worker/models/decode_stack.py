@@ -9,12 +9,14 @@ step of the 16-layer host-overhead model from 1.07 to 0.51 ms (BENCHMARKS.md, is
 pass).
 
 It is built once, at `install_kernels`, for a float32 Llama-family model whose every projection
-already runs on one of our kernels for few rows (a `PackedLinear` with `skinny_linear`, or a
-`QuantLinear` on GGUF blocks or int8) and whose layers have the C++ kernels attached (Qwen3's
-q/k norms and their rotary by torch's ops included); anything else (torch's own linears, another
-dtype) gets no stack. A step takes it only
-where every row is one decode token, none is padding, and there are few enough rows that each
-projection's Python path would have called that same kernel (`max_rows`).
+is a `PackedLinear` (`skinny_linear` for few rows, oneDNN's packed GEMM past them, called
+through the dispatcher as its Python path does) or a `QuantLinear` on our GGUF or int8 kernels,
+and whose layers have the C++ kernels attached (Qwen3's q/k norms and their rotary by torch's
+ops included); anything else (torch's own linears, another dtype) gets no stack. A step takes it
+only where every row is one decode token, none is padding, and there are few enough rows that
+each quantized projection's Python path would have called that same kernel (`max_rows`: from
+`QuantWeight.gemm_min_rows` rows a quantized weight is dequantized into a GEMM, which the stack
+does not do).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 # `DecodeStack`'s linear kinds (kernels/cpu_ops.h).
 FLOAT32, GGUF, INT8 = 0, 1, 2
+ANY_ROWS = 1 << 30  # a packed float32 linear calls the same kernel as its Python path at any size
 
 
 class DecodeStack:
@@ -120,11 +123,12 @@ def _build(
 def _add_linear(stack: Any, linear: nn.Module) -> int:
     """Add ``linear`` to ``stack`` as the kernel its Python path calls for few rows; the rows
     up to which it does (0: it calls none of ours, so no stack)."""
-    if isinstance(linear, PackedLinear):
-        if linear.skinny_ops is None or linear.weight is None:
-            return 0
-        stack.add_linear(FLOAT32, linear.weight, bias=linear.bias)
-        return SKINNY_MAX_ROWS
+    if isinstance(linear, PackedLinear):  # its plain weight for few rows, if kept; else oneDNN
+        skinny = linear.weight if linear.skinny_ops is not None else None
+        stack.add_linear(
+            FLOAT32, skinny, bias=linear.bias, packed=linear.packed, skinny_rows=SKINNY_MAX_ROWS
+        )
+        return ANY_ROWS
     if isinstance(linear, QuantLinear) and linear.qweight.ops is not None:
         w = linear.qweight
         if w.type_id is None:
