@@ -21,6 +21,7 @@ from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.models.cpu_linear import SKINNY_MAX_ROWS
 from worker.models.decode_stack import ANY_ROWS, DecodeStack
 from worker.models.loader import load_model
+from worker.models.quant import QuantWeight
 
 CPU = torch.device("cpu")
 VOCAB = 97  # save_tiny's
@@ -152,10 +153,17 @@ def test_float32_steps_past_the_skinny_rows_run_onednn_in_the_stack(tmp_path: Pa
 
 
 def test_models_the_stack_cannot_run_get_none(tmp_path: Path) -> None:
-    """torch's own linears (``linear_backend="torch"``): no kernel of ours to call."""
-    model: Any = load_model(save_tiny(tmp_path, "llama"), torch.float32, CPU)
+    """torch's own linears (``linear_backend="torch"``): no kernel of ours to call; quantized
+    weights on another build's kernels than the backend's: the stack would not match them."""
+    model: Any = load_model(save_tiny(tmp_path / "f", "llama"), torch.float32, CPU)
     runner = ModelRunner(EngineConfig(attention_backend="cpu"), model, CPU)
     runner.backend.install_kernels(model, "torch")
+    assert model.decode_stack is None
+    model = load_model(save_tiny(tmp_path / "q", "llama"), torch.float32, CPU, "int8")
+    for module in model.modules():
+        if isinstance(module, QuantWeight):
+            module.attach(None)  # the torch references
+    runner.backend.install_kernels(model, "auto")
     assert model.decode_stack is None
 
 

@@ -110,7 +110,7 @@ def _build(
         if attn.cpu_ops is None or mlp.cpu_ops is None or layer.input_layernorm.cpu_ops is None:
             return None
         for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
-            rows.append(_add_linear(stack, linear))
+            rows.append(_add_linear(stack, linear, ops))
             if rows[-1] == 0:
                 return None
         qk_norms = (attn.q_norm.weight, attn.k_norm.weight) if attn.q_norm and attn.k_norm else ()
@@ -120,16 +120,18 @@ def _build(
     return DecodeStack(stack, min(rows), backend)
 
 
-def _add_linear(stack: Any, linear: nn.Module) -> int:
-    """Add ``linear`` to ``stack`` as the kernel its Python path calls for few rows; the rows
-    up to which it does (0: it calls none of ours, so no stack)."""
+def _add_linear(stack: Any, linear: nn.Module, ops: ModuleType) -> int:
+    """Add ``linear`` to ``stack`` as what its Python path calls; the rows up to which it does
+    (0: it calls something else, e.g. another build's kernels, so no stack)."""
     if isinstance(linear, PackedLinear):  # its plain weight for few rows, if kept; else oneDNN
+        if linear.skinny_ops not in (None, ops):
+            return 0
         skinny = linear.weight if linear.skinny_ops is not None else None
         stack.add_linear(
             FLOAT32, skinny, bias=linear.bias, packed=linear.packed, skinny_rows=SKINNY_MAX_ROWS
         )
         return ANY_ROWS
-    if isinstance(linear, QuantLinear) and linear.qweight.ops is not None:
+    if isinstance(linear, QuantLinear) and linear.qweight.ops is ops:
         w = linear.qweight
         if w.type_id is None:
             stack.add_linear(INT8, w.data, scale=w.scale, bias=linear.bias)
