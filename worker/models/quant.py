@@ -45,6 +45,8 @@ class QuantWeight(nn.Module):
 
     data: torch.Tensor
     scale: torch.Tensor | None
+    ops: ModuleType | None  # our C++ kernels, set by `attach`
+    gemm_min_rows: int
 
     def __init__(
         self, data: torch.Tensor, type_id: int | None, scale: torch.Tensor | None = None
@@ -57,14 +59,13 @@ class QuantWeight(nn.Module):
         self.register_buffer("scale", scale, persistent=False)
         self.in_features = data.shape[1] if type_id is None else qr.in_features(data, type_id)
         self.out_features = data.shape[0]
-        self.ops: ModuleType | None = None  # our C++ kernels, set by `attach`
-        # Rows from which `linear` dequantizes into oneDNN's GEMM instead of the kernel.
-        self.gemm_min_rows = GEMM_MIN_ROWS["avx512"][self.type_id is None]
+        self.attach(None)  # the torch references until `attach` gives it our C++ kernels
 
     def attach(self, ops: ModuleType | None) -> None:
         """Run on ``ops`` (our C++ kernels; None: the torch references)."""
         self.ops = ops
         gguf, int8 = GEMM_MIN_ROWS[ops.quant_isa() if ops is not None else "avx512"]
+        # Rows from which `linear` dequantizes into oneDNN's GEMM instead of the kernel.
         self.gemm_min_rows = int8 if self.type_id is None else gguf
 
     @property
