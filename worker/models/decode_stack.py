@@ -45,7 +45,7 @@ class DecodeStack:
 
     def __init__(self, stack: Any, max_rows: int, backend: AttentionBackend) -> None:
         self._stack = stack
-        self.max_rows = max_rows  # rows up to which every projection's Python path is the kernel
+        self.max_rows = max_rows  # up to which each projection's Python path calls what it does
         self._backend = backend
         self._caches: object = None  # the runner's cache list the stack holds
 
