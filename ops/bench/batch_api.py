@@ -78,6 +78,15 @@ def line(i: int, max_tokens: int) -> dict[str, Any]:
     return {"custom_id": f"line-{i}", "method": "POST", "url": "/v1/completions", "body": body}
 
 
+def cpu_seconds(pid: int) -> float:
+    """A live process's user + system CPU seconds (Linux ``/proc``); 0.0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def wait_ready(client: openai.OpenAI, timeout_s: float = 600.0) -> None:
     """Until the gateway answers and a worker serves (the first request warms the engines; a
     worker that finds the CPU kernels' sources changed builds them first, minutes on 2 cores)."""
@@ -208,7 +217,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         idle = [(k, 0.0, probes.ttft_s(k)) for _ in range(args.probes) for k in Probes.KINDS]
         load_before = os.getloadavg()  # the machine is shared: say how busy it was
         probes.phase = "during_batch"
+        names = {**{f"w{i}": w.pid for i, w in enumerate(workers)}, "gateway": procs[-1].pid,
+                 "bench": os.getpid(), "redis": server.proc.pid if server.proc else 0}  # fmt: skip
+        cpu_before = {name: cpu_seconds(pid) for name, pid in names.items()}
         ran = run_batch(probes, args, workers[0], server.url)
+        cpu_after = {name: cpu_seconds(pid) for name, pid in names.items()}
         report = {"lines": args.lines, "workers": args.workers, "max_tokens": args.max_tokens,
                   "batch_window": args.batch_window, "batch_poll_s": args.batch_poll_s,
                   "batch_slot_share": args.batch_slot_share, "worker_args": extra,
@@ -222,6 +235,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.trace:
             report["trace"] = trace_report(probes, server.url, PREFIX, work)
         report["loadavg_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}
+        # Where the 2 cores went while the batch ran: CPU seconds per process over its wall time
+        # (a worker killed mid-batch reads 0 after: null).
+        report["cpu_share_during_batch"] = {
+            name: round((cpu_after[name] - cpu_before[name]) / ran["wall_s"], 3)
+            if cpu_after[name] and cpu_before[name]
+            else None
+            for name in names
+        }
     finally:
         for proc in procs:
             proc.kill()

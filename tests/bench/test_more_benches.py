@@ -3,6 +3,7 @@ silently rot (their numbers come from the bundled model, in BENCHMARKS.md)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -68,3 +69,15 @@ def test_cpu_linear_bench_tiny(tmp_path: Path) -> None:
         assert result["onednn_ms"] > 0 and result["torch_ms"] > 0
         assert result["onednn_gflop_s"] > 0 and result["onednn_weight_gb_s"] > 0
     assert out.exists()
+
+
+def test_step_rows_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
+    bench = load("step_rows")
+    out = tmp_path / "rows.json"
+    args = ["--model", str(tiny_model_dir), "--rows", "1", "3", "--prompt-tokens", "2", "5"]
+    args += ["--repeats", "1", "--threads", str(torch.get_num_threads()), "--out", str(out)]
+    report = bench.main(args)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert set(report["decode_ms"]) == set(report["decode_and_7_token_prompt_ms"]) == {1, 3}
+    assert set(report["prompt_alone_ms"]) == {2, 5}
+    assert all(ms > 0 for ms in report["decode_ms"].values())

@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Callable
 
 from worker.engine.aging import Aging
+from worker.engine.batch_cap import BatchBound, is_batch
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.fair_share import FairShare, capped_tenants
@@ -64,15 +65,20 @@ class Admission:
         preempted: list[Sequence],
         allowance: PrefillAllowance | None,
         lane_only: bool,  # a first-token lane step: only the lane's band starts
+        urgent_only: bool = False,  # batch work is bounded: no batch prompt starts yet
+        bound: BatchBound | None = None,  # batch prompts start under it (batch_cap.py)
     ) -> Blocked | None:
         """Start waiting sequences into ``plan`` until its tokens, the batch or the blocks run
-        out; where admission stopped (None: the queue is empty)."""
+        out; where admission stopped (None: the queue is empty, or the step's kind starts no
+        more)."""
         capped = self.capped_tenants()
         first = True  # the step's first admission may get a minimum chunk
         while (budget := plan.tokens_left) > 0:
             seq = self.waiting.head(capped)
             # Never restart a victim in the step it lost; a lane step starts only the lane's band.
             if seq is None or seq in preempted or (lane_only and not in_lane(seq)):
+                return None
+            if urgent_only and is_batch(seq):
                 return None
             hit = self.block_manager.lookup(seq)  # its tokens need no computing
             num_new = min(seq.num_tokens - hit.num_tokens, budget)
@@ -82,6 +88,9 @@ class Admission:
                 num_new = allowance.grant(seq, num_new, at_least_min=floor, first_token=first_token)
                 if num_new == 0:
                     return Blocked(seq, WaitReason.TPOT_TARGET)
+            if bound is not None and is_batch(seq):
+                if (num_new := bound.grant(seq, num_new)) == 0:
+                    return Blocked(seq, WaitReason.URGENT_WORK)
             blocker = self._blocker(seq, num_new, hit)
             if blocker is not None:
                 victims = victims_for(
@@ -96,6 +105,8 @@ class Admission:
             self._start(seq, num_new, hit, plan)
             if allowance is not None:
                 allowance.spend(seq, num_new)
+            if bound is not None and is_batch(seq):
+                bound.spend(seq, num_new)
             first = False
             capped = self.capped_tenants()
         head = self.waiting.head(capped)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal, get_args, get_type_hints
 
@@ -20,6 +20,15 @@ from worker.engine.step_targets import parse_tpot_targets
 # target cost its 64-request mix +9% of time on a machine 3x the CPU prior, +47% at 6.7x (the
 # loaded 2-core EPYC), 0.1% at 1x (ops/bench/sched_offline.py). GPU steps are far under 150 ms.
 DEFAULT_TPOT_TARGET_MS = {"interactive": 150.0}
+
+# ``SchedulerConfig.urgent_step_max`` by device. CPU: a step costs what its rows cost, so a chat
+# waits for the batch step in progress. SmolLM2 Q4_1, 2 one-thread workers on 2 cores, 1,000-line
+# batch, native interactive TTFT p99 during it over idle (ops/bench/batch_api.py): 6.0x off,
+# 1.82x and 2.11x at 1.0, 1.53x at 0.75; batch lines/s 9.16, 6.2-6.8, 5.52 (BENCHMARKS.md). 0.75
+# meets the 2x of issue 22 with room, at the price of batch throughput while chats are about.
+# CUDA: a step there costs about the same at 64 rows as at 256 (16.7 and 14.8 ms on an H200), so
+# 2.0 cuts little but long chunks of batch prompts; not measured with chats on a GPU yet.
+DEFAULT_URGENT_STEP_MAX = {"cpu": 0.75, "cuda": 2.0}
 
 # 2 GiB of KV on CPU holds ~46k tokens of SmolLM2-135M (46 KB/token in fp32): far more than a
 # 2-core machine can keep busy, and small enough to leave room for a second process.
@@ -92,13 +101,21 @@ class SchedulerConfig:
     # gets its first token in a step of its own cost (first_token.py); 0: off. 2: two chats
     # arriving together both get the lane, and batch decodes skip at most 2 steps in 3.
     first_token_lane_steps: int = 2
-    # Batch-band decodes a step plans at most while a more urgent job runs, or ran less than
-    # a second ago (batch_cap.py): a chat then waits for a shorter step in progress. 0: off.
-    urgent_batch_rows: int = 0
+    # While a job more urgent than batch runs, waits at the head, or ran less than 10 s ago,
+    # batch work fills a step only up to about this many times a chat's own step, as measured
+    # (batch_cap.py), so a chat arriving mid-step waits about one of its own steps. 0: off;
+    # None: the engine's device's ``DEFAULT_URGENT_STEP_MAX`` (a bare Scheduler: off).
+    urgent_step_max: float | None = None
 
     @cached_property  # read every step
     def tpot_targets_s(self) -> dict[str, float]:
         return {band: ms / 1000 for band, ms in self.tpot_target_ms.items()}
+
+    def resolved(self, device_type: str) -> SchedulerConfig:
+        """This config with the defaults that depend on the device (``cpu``, ``cuda``) set."""
+        if self.urgent_step_max is not None:
+            return self
+        return replace(self, urgent_step_max=DEFAULT_URGENT_STEP_MAX.get(device_type, 0.0))
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -119,8 +136,8 @@ class SchedulerConfig:
             raise InvalidConfigError("aging_per_s must be >= 0")
         if self.first_token_lane_steps < 0:
             raise InvalidConfigError("first_token_lane_steps must be >= 0")
-        if self.urgent_batch_rows < 0:
-            raise InvalidConfigError("urgent_batch_rows must be >= 0")
+        if self.urgent_step_max is not None and self.urgent_step_max < 0:
+            raise InvalidConfigError("urgent_step_max must be >= 0 (0: off)")
         # Every running decode must fit in one step's budget, or decodes would stall.
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise InvalidConfigError("max_num_batched_tokens must be >= max_num_seqs")
@@ -245,6 +262,6 @@ class EngineConfig:
                 tpot_slowdown_max=args.tpot_slowdown_max,
                 aging_per_s=args.aging_per_s,
                 first_token_lane_steps=args.first_token_lane_steps,
-                urgent_batch_rows=args.urgent_batch_rows,
+                urgent_step_max=args.urgent_step_max,
             ),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from worker.engine.config import DEFAULT_TPOT_TARGET_MS, SchedulerConfig
+from worker.engine.config import DEFAULT_TPOT_TARGET_MS, DEFAULT_URGENT_STEP_MAX, SchedulerConfig
 from worker.engine.step_targets import format_tpot_targets
 
 
@@ -62,10 +62,12 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         help="consecutive steps that may leave batch rows out for an interactive job's first "
         f"token (default {lane}; 0: off)",
     )
+    by_device = ", ".join(f"{d} {v:g}" for d, v in DEFAULT_URGENT_STEP_MAX.items())
     g.add_argument(
-        "--urgent-batch-rows",
-        type=int,
-        default=SchedulerConfig.urgent_batch_rows,
-        help="batch decodes a step plans at most while a more urgent job is about, so a new "
-        "chat waits for a shorter step (default 0: off)",
+        "--urgent-step-max",
+        type=float,
+        default=SchedulerConfig.urgent_step_max,
+        help="while a job more urgent than batch is about, batch work fills a step only up to "
+        f"about this many times a chat's own measured step (default by device: {by_device}; "
+        "0: off)",
     )

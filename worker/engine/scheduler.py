@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from worker.engine.admission import Admission
 from worker.engine.aging import Aging, Clock
-from worker.engine.batch_cap import BatchRowCap
+from worker.engine.batch_cap import BatchBound
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.fair_share import FairShare
@@ -56,7 +56,7 @@ class Scheduler:
         self.lane = FirstTokenLane(
             config.first_token_lane_steps, lambda s: block_manager.lookup(s).num_tokens
         )
-        self.batch_cap = BatchRowCap(config.urgent_batch_rows)
+        self.batch_bound = BatchBound(config.urgent_step_max or 0.0, config.max_num_batched_tokens)
         self.running: list[Sequence] = []  # in admission order
         self.num_preemptions = 0
         self.preemptions_by_reason: Counter[str] = Counter()
@@ -137,12 +137,16 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         self.aging.tick()
-        self._timer.begin(self.aging.now, busy=bool(self.running))
+        now = self.aging.now
+        if (step_s := self._timer.begin(now, busy=bool(self.running))) is not None:
+            self.batch_bound.observe(step_s)
         plan = StepPlan(self.config.max_num_batched_tokens)
         preempted: list[Sequence] = []
         head = self._lane_head()
-        running, _ = self.batch_cap.split(self.running, head, self.aging.now)  # out: next steps
-        rows, held = self.lane.split(running, head, plan.token_budget)
+        bound = self.batch_bound
+        bounding = bound.begin(self.running, head, now)
+        rows, held = self.lane.split(self.running, head, plan.token_budget)
+        rows, bounded = bound.split(rows)  # batch rows: after the rest, under the bound
         # Decodes first: they cost one token each and set every user's time per output token.
         decodes = [s for s in rows if s.num_uncomputed_tokens == 1]
         chunks = [s for s in rows if s.num_uncomputed_tokens > 1]
@@ -161,14 +165,37 @@ class Scheduler:
         self._plan_running(decodes + chunks, plan, preempted, allowance, oldest)
         self._blocked = None
         if not preempted:
-            self._blocked = self.admission.admit(plan, preempted, allowance, lane_only=bool(held))
+            self._blocked = self.admission.admit(
+                plan, preempted, allowance, lane_only=bool(held), urgent_only=bounding
+            )
         if held and not delivers(plan.tokens):  # no first token after all: the rows go too
+            held, more = bound.split(held)
+            bounded += more
             self._plan_running(held, plan, preempted, allowance, None)
             held = []
         self.lane.record(bool(held))
+        if bounding:
+            self._plan_bounded(bounded, plan, preempted, allowance, lane=bool(held))
         output = SchedulerOutput.build(plan.tokens.items(), preempted)
         self._timer.planned(output, self.aging.now)
         return output
+
+    def _plan_bounded(
+        self,
+        bounded: list[Sequence],
+        plan: StepPlan,
+        preempted: list[Sequence],
+        allowance: PrefillAllowance | None,
+        lane: bool,
+    ) -> None:
+        """Batch work after the more urgent work, in what it leaves under the batch bound: the
+        running batch rows, then batch prompts (none in a first-token lane step)."""
+        bound = self.batch_bound
+        if bound.open(plan.tokens):
+            self._plan_running(bound.order(bounded), plan, preempted, allowance, None, bound)
+            if not preempted and not lane and self._blocked is None:
+                self._blocked = self.admission.admit(plan, preempted, allowance, False, bound=bound)
+        bound.close(plan.tokens, bounded)
 
     def _lane_head(self) -> Sequence | None:
         """The waiting sequence admission would look at first; read only while the first-token
@@ -184,7 +211,9 @@ class Scheduler:
         preempted: list[Sequence],
         allowance: PrefillAllowance | None,
         oldest: Sequence | None,
+        bound: BatchBound | None = None,
     ) -> None:
+        """Plan running ``seqs`` in order; ``bound``: they are batch rows under the bound."""
         bm = self.block_manager
         for seq in seqs:
             # Read each time: a preemption below can hand back a victim's planned tokens.
@@ -199,6 +228,8 @@ class Scheduler:
                 )
                 if num_new == 0:
                     continue
+            if bound is not None and (num_new := bound.grant(seq, num_new)) == 0:
+                continue
             # Most decodes write into their last block: 15 of 16 steps with 16-token blocks.
             if not bm.has_slots(seq, num_new):
                 if not self._make_room(seq, num_new, plan, preempted):
@@ -207,6 +238,8 @@ class Scheduler:
             plan.add(seq, num_new)
             if num_new > 1 and allowance is not None:
                 allowance.spend(seq, num_new)
+            if bound is not None:
+                bound.spend(seq, num_new)
 
     def _make_room(
         self, seq: Sequence, num_new: int, plan: StepPlan, preempted: list[Sequence]

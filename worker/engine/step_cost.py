@@ -146,13 +146,16 @@ class StepTimer:
         self.model = model
         self._last: tuple[StepFeatures, float] | None = None  # the last step, when it began
 
-    def begin(self, now_s: float, busy: bool) -> None:
+    def begin(self, now_s: float, busy: bool) -> float | None:
         """A schedule begins; ``busy``: a sequence kept running since the last one (if not,
-        the engine may have idled in between, and the interval is no step's time)."""
-        if self._last is not None and busy:
-            features, began_s = self._last
-            self.model.observe(features, now_s - began_s)
-        self._last = None
+        the engine may have idled in between, and the interval is no step's time). The last
+        step's time, if it was observed."""
+        last, self._last = self._last, None
+        if last is None or not busy:
+            return None
+        features, began_s = last
+        self.model.observe(features, now_s - began_s)
+        return now_s - began_s
 
     def planned(self, output: SchedulerOutput, now_s: float) -> None:
         if not output.is_empty:

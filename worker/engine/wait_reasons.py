@@ -24,6 +24,8 @@ class WaitReason(enum.StrEnum):
     STEP_BUDGET = "step_budget"  # this step's token budget went to others; next step
     # This step's prefill was cut so running decodes meet their band's TPOT target; next step.
     TPOT_TARGET = "tpot_target"
+    # A batch job: batch work fills steps only up to a bound while more urgent jobs are about.
+    URGENT_WORK = "urgent_work"
     SHARED_PROMPT = "shared_prompt"  # an n > 1 choice waiting for choice 0 to compute the prompt
     COMPILING_GRAMMAR = "compiling_grammar"  # its structure constraint compiles off the loop
 
