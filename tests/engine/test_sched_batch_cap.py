@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from tests.engine.sched_clock import TimedHarness
-from tests.engine.sched_helpers import Harness, HarnessMachine
+from tests.engine.sched_helpers import HarnessMachine
 from tests.engine.test_sched_first_token import BATCH, DEFAULT, INTERACTIVE, planned
 from worker.engine.batch_cap import FIRST_TOKEN_STEPS, HOLD_S, INITIAL_UNITS
 from worker.engine.config import (
@@ -180,9 +180,8 @@ class BoundMachine(HarnessMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.h = Harness(
-            num_blocks=16, block_size=4, max_seqs=4, max_tokens=12, urgent_step_max=1.0
-        )
+        # The fake clock: the hold and the steering read step times, which must replay exactly.
+        self.h = TimedHarness(16, 4, 4, 12, machine=CPU, urgent_step_max=1.0)
 
     @rule(
         prompt_len=st.integers(1, 30),

@@ -90,21 +90,23 @@ class BatchBound:
             grown = max(batch_units * ratio, self.units) if ratio > 1 else batch_units * ratio
             self.units = min(max(grown, 1.0), float(self.max_units))
 
-    def begin(self, running: Iterable[Sequence], head: Sequence | None, now: float) -> bool:
+    def begin(
+        self, running: list[Sequence], head: Sequence | None, batch_waiting: bool, now: float
+    ) -> bool:
         """Whether this step bounds batch work: a more urgent job is about (``head``: the
-        waiting sequence admission looks at first, if the scheduler read it)."""
+        waiting sequence admission looks at first, if the scheduler read it), and batch work
+        runs or waits (``batch_waiting``); offline runs, with no batch band, pay no more passes."""
         self._step += 1
         self.active = False
-        self._last = None  # observed only while bounding: offline steps pay no pass for it
+        self._last = None  # observed only while bounding
         if self.slowdown_max == 0:
             return False
-        running = list(running)
         if (head is not None and not is_batch(head)) or any(not is_batch(s) for s in running):
             self._urgent_at = now
         elif now - self._urgent_at > HOLD_S:
             return False
-        self.active = True
-        return True
+        self.active = batch_waiting or any(is_batch(s) for s in running)
+        return self.active
 
     def split(self, rows: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
         """``rows`` less their batch rows, and those batch rows (all in ``rows``' order), which

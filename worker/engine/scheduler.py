@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from worker.engine.admission import Admission
 from worker.engine.aging import Aging, Clock
-from worker.engine.batch_cap import BatchBound
+from worker.engine.batch_cap import BATCH_FLOOR, BatchBound
 from worker.engine.block_manager import BlockManager
 from worker.engine.config import SchedulerConfig
 from worker.engine.fair_share import FairShare
@@ -144,7 +144,8 @@ class Scheduler:
         preempted: list[Sequence] = []
         head = self._lane_head()
         bound = self.batch_bound
-        bounding = bound.begin(self.running, head, now)
+        batch_waiting = self.waiting.has_priority_from(BATCH_FLOOR)
+        bounding = bound.begin(self.running, head, batch_waiting, now)
         rows, held = self.lane.split(self.running, head, plan.token_budget)
         rows, bounded = bound.split(rows)  # batch rows: after the rest, under the bound
         # Decodes first: they cost one token each and set every user's time per output token.

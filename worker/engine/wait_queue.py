@@ -59,6 +59,10 @@ class WaitQueue:
                 heads.append(min(firsts, key=lambda s: (counter(s.tenant), _order(s))))
         return min(heads, key=self.aging.key) if heads else None
 
+    def has_priority_from(self, floor: int) -> bool:
+        """Whether a sequence of priority ``floor`` or less urgent waits (a few keys: cheap)."""
+        return any(priority >= floor for priority in self._bands)
+
     def __iter__(self) -> Iterator[Sequence]:
         """Every waiting sequence in admission order as of now (counters and ages frozen):
         each priority's sequences in fair-share order, merged as ``head`` picks them."""
