@@ -33,6 +33,7 @@ import math
 from collections.abc import Iterable
 
 from producer.keys import BAND_FLOORS
+from worker.engine.first_token import delivers
 from worker.engine.sequence import Sequence
 
 BATCH_FLOOR = BAND_FLOORS["batch"]  # priorities from here are the batch band's
@@ -56,6 +57,11 @@ FIRST_TOKEN_STEPS = 2
 
 def is_batch(seq: Sequence) -> bool:
     return seq.priority >= BATCH_FLOOR
+
+
+def is_urgent(seq: Sequence) -> bool:
+    """Of a band more urgent than batch."""
+    return seq.priority < BATCH_FLOOR
 
 
 class BatchBound:
@@ -101,7 +107,7 @@ class BatchBound:
         self._last = None  # observed only while bounding
         if self.slowdown_max == 0:
             return False
-        if (head is not None and not is_batch(head)) or any(not is_batch(s) for s in running):
+        if (head is not None and is_urgent(head)) or any(is_urgent(s) for s in running):
             self._urgent_at = now
         elif now - self._urgent_at > HOLD_S:
             return False
@@ -113,7 +119,7 @@ class BatchBound:
         the step plans after the rest, under the bound; ``rows`` itself while not bounding."""
         if not self.active:
             return rows, []
-        return [s for s in rows if not is_batch(s)], [s for s in rows if is_batch(s)]
+        return [s for s in rows if is_urgent(s)], [s for s in rows if is_batch(s)]
 
     def order(self, bounded: list[Sequence]) -> list[Sequence]:
         """The order batch rows are granted in: decodes first, those left out longest first
@@ -125,7 +131,7 @@ class BatchBound:
         """Start granting this step's units (at least one: batch work never starves) after the
         more urgent work in ``planned``; False: this step plans no batch work (it delivers a
         more urgent first token)."""
-        if self._streak < FIRST_TOKEN_STEPS and _delivers_first_token(planned):
+        if self._streak < FIRST_TOKEN_STEPS and delivers(planned, of=is_urgent):
             self._streak += 1
             return False
         self._streak = 0
@@ -146,7 +152,7 @@ class BatchBound:
         """After a bounded step is planned: what it carried (for ``observe``), and rotation
         entries kept only for rows still decoding."""
         batch_units = sum(n for s, n in planned.items() if is_batch(s))
-        self._last = (any(not is_batch(s) for s in planned), batch_units)
+        self._last = (any(is_urgent(s) for s in planned), batch_units)
         left_out = False
         keep: dict[int, int] = {}
         for seq in bounded:
@@ -155,11 +161,3 @@ class BatchBound:
             left_out = left_out or seq not in planned
         self._planned_at = keep  # only rows still decoding: never outgrows the batch
         self.num_steps += left_out
-
-
-def _delivers_first_token(planned: dict[Sequence, int]) -> bool:
-    """Whether a planned step computes the last prompt token of a more urgent job's first."""
-    return any(
-        not is_batch(s) and s.num_output_tokens == 0 and n == s.num_uncomputed_tokens
-        for s, n in planned.items()
-    )

@@ -45,10 +45,11 @@ def first_token_fits(seq: Sequence, budget: int, num_cached: int = 0) -> bool:
     return 0 < seq.num_uncomputed_tokens - num_cached <= budget
 
 
-def delivers(planned: dict[Sequence, int]) -> bool:
-    """Whether a planned step computes the last prompt token of a lane sequence's first token."""
+def delivers(planned: dict[Sequence, int], of: Callable[[Sequence], bool] = in_lane) -> bool:
+    """Whether a planned step computes the last prompt token of a first token of a sequence
+    ``of`` accepts (default: the lane's band)."""
     return any(
-        in_lane(s) and s.num_output_tokens == 0 and n == s.num_uncomputed_tokens
+        of(s) and s.num_output_tokens == 0 and n == s.num_uncomputed_tokens
         for s, n in planned.items()
     )
 

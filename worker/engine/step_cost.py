@@ -154,8 +154,9 @@ class StepTimer:
         if last is None or not busy:
             return None
         features, began_s = last
-        self.model.observe(features, now_s - began_s)
-        return now_s - began_s
+        step_s = now_s - began_s
+        self.model.observe(features, step_s)
+        return step_s
 
     def planned(self, output: SchedulerOutput, now_s: float) -> None:
         if not output.is_empty:
