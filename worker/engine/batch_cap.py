@@ -22,8 +22,9 @@ longest go first (every batch row progresses; none is preempted: they keep their
 and ``units`` never falls under 1: every other step plans at least one batch row or prompt token,
 so batch work never starves behind a stream of chats.
 
-The bound is relative to the machine's own steps: on a GPU a 256-row decode step costs about
-what one row costs, so ``units`` grows until only long prefill chunks of batch prompts are cut.
+The bound is relative to the machine's own steps: where a step costs little more with more rows
+(an H200 ran Llama-3.2-1B's shape at 1.17 ms a step at 1 row, 1.62 at 64), ``units`` grows until
+only what lengthens the step well past a chat's own (long chunks of batch prompts) is cut.
 Never without more urgent work about: batch-only and offline runs plan what they planned before.
 """
 

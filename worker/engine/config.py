@@ -26,8 +26,9 @@ DEFAULT_TPOT_TARGET_MS = {"interactive": 150.0}
 # batch, native interactive TTFT p99 during it over idle (ops/bench/batch_api.py): 6.0x off,
 # 1.82x and 2.11x at 1.0, 1.53x at 0.75; batch lines/s 9.16, 6.2-6.8, 5.52 (BENCHMARKS.md). 0.75
 # meets the 2x of issue 22 with room, at the price of batch throughput while chats are about.
-# CUDA: a step there costs about the same at 64 rows as at 256 (16.7 and 14.8 ms on an H200), so
-# 2.0 cuts little but long chunks of batch prompts; not measured with chats on a GPU yet.
+# CUDA: a decode step of Llama-3.2-1B's shape on an H200 took 1.17 ms at 1 row, 1.62 at 64,
+# 6.34 at 256 (ops/bench/gpu_steps.py, 2026-12-04), so 2.0 lets a step grow to about twice a
+# chat's own before batch work is cut; not measured with chats on a GPU yet.
 DEFAULT_URGENT_STEP_MAX = {"cpu": 0.75, "cuda": 2.0}
 
 # 2 GiB of KV on CPU holds ~46k tokens of SmolLM2-135M (46 KB/token in fp32): far more than a
