@@ -60,10 +60,18 @@ def greedy(max_tokens: int) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
 
 
-def warm_up(engine: LLMEngine, prompt_ids: Sequence[int], max_tokens: int = WARMUP_OUTPUT) -> None:
+def warm_up(
+    engine: LLMEngine,
+    prompt_ids: Sequence[int],
+    max_tokens: int = WARMUP_OUTPUT,
+    priority: int = 0,
+) -> None:
     """One short request to completion before the clock starts: the first forward pays for
-    allocation and kernel selection."""
-    engine.add_prompt("warmup", params=greedy(max_tokens), prompt_token_ids=prompt_ids)
+    allocation and kernel selection. A bench that runs batch-band work warms up in that band:
+    a default-band warm-up would bound batch work for the scheduler's next 10 s (``HOLD_S``)."""
+    engine.add_prompt(
+        "warmup", params=greedy(max_tokens), prompt_token_ids=prompt_ids, priority=priority
+    )
     while engine.has_unfinished():
         engine.step()
 

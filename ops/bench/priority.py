@@ -5,8 +5,9 @@
 
 A backlog of ``--batch-jobs`` batch jobs (priority 10) is submitted at once and keeps every batch
 slot busy; ``--interactive-jobs`` short interactive jobs (priority -10) then arrive one every
-``--interactive-every-s`` seconds of wall time, open loop. The same workload runs on four
-configurations of our engine, one after another in this process (each a fresh engine):
+``--interactive-every-s`` seconds of wall time, open loop, from ``--interactive-start-s`` after
+the engine's ``--interactive-after-steps``-th step (0: after the start). The same workload runs
+on four configurations of our engine, one after another in this process (each a fresh engine):
 
 - ``idle``: each interactive job alone on an idle engine: the baseline time to first token;
 - ``fifo``: every job the same priority, so interactive jobs queue behind the backlog;
@@ -41,6 +42,7 @@ from ops.bench.common import args_record, in_worker_thread, write_report
 from ops.bench.our_engine import add_engine_arguments, engine_config, greedy, warm_up
 from producer.top.snapshot import percentile  # nearest rank: of 12 jobs, p99 is the slowest
 from worker.engine.llm_engine import LLMEngine
+from worker.engine.outputs import RequestOutput
 
 BATCH, INTERACTIVE = 10, -10
 CONFIGS = ("idle", "fifo", "priority", "preempt")
@@ -70,7 +72,7 @@ class ConfigRun:
     def __init__(self, args: argparse.Namespace, name: str) -> None:
         self.args, self.name = args, name
         self.engine = make_engine(args, preempt=name == "preempt")
-        warm_up(self.engine, [5, 6, 7, 8], max_tokens=2)
+        warm_up(self.engine, [5, 6, 7, 8], max_tokens=2, priority=BATCH)
         self.batch, self.chats = prompts(args, self.engine.model_config.vocab_size)
         self.out_batch, self.out_chat = max(2, int(96 * args.scale)), max(2, int(16 * args.scale))
         self.tokens: dict[str, list[int]] = {}
@@ -101,23 +103,34 @@ class ConfigRun:
             (args.interactive_start_s + i * args.interactive_every_s, i)
             for i in range(len(self.chats))
         ]
+        # The schedule starts once the backlog has had its steps (an idle engine has no
+        # backlog): on a loaded machine a few steps can outlast the whole schedule.
+        steps, after = 0, 0 if self.name == "idle" else args.interactive_after_steps
+        base = 0.0
         while due or engine.has_unfinished():
+            if steps < after:  # no chat has arrived yet
+                self.record(engine.step())
+                steps += 1
+                base = self.now()
+                continue
             now = self.now()
             # Idle baseline: the next job arrives only once the previous one has finished.
             while due and (
-                due[0][0] <= now or (self.name == "idle" and not engine.has_unfinished())
+                base + due[0][0] <= now or (self.name == "idle" and not engine.has_unfinished())
             ):
                 _, i = due.pop(0)
                 self.add(f"chat-{i}", self.chats[i], self.out_chat, chat_priority, self.now())
             if not engine.has_unfinished():
-                time.sleep(max(0.0, min(0.01, due[0][0] - now)) if due else 0.0)
+                time.sleep(max(0.0, min(0.01, base + due[0][0] - now)) if due else 0.0)
                 continue
-            outs = engine.step()
-            t = self.now()
-            for out in outs:
-                self.tokens[out.request_id].extend(out.new_token_ids)
-                if out.new_token_ids:
-                    self.first.setdefault(out.request_id, t)
+            self.record(engine.step())
+
+    def record(self, outs: list[RequestOutput]) -> None:
+        t = self.now()
+        for out in outs:
+            self.tokens[out.request_id].extend(out.new_token_ids)
+            if out.new_token_ids:
+                self.first.setdefault(out.request_id, t)
 
     def result(self, wall: float) -> dict[str, Any]:
         name, tokens, scheduler = self.name, self.tokens, self.engine.scheduler
@@ -149,6 +162,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--interactive-jobs", type=int, default=12)
     p.add_argument("--interactive-start-s", type=float, default=2.0)
     p.add_argument("--interactive-every-s", type=float, default=3.0)
+    p.add_argument("--interactive-after-steps", type=int, default=0)
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every length")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--configs", default=",".join(CONFIGS))

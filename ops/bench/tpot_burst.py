@@ -58,7 +58,7 @@ class Run:
     def __init__(self, args: argparse.Namespace, model: Path, **policy: Any) -> None:
         config = engine_config(args, str(model))
         self.engine = LLMEngine(replace(config, scheduler=replace(config.scheduler, **policy)))
-        warm_up(self.engine, [5, 6, 7, 8], max_tokens=2)
+        warm_up(self.engine, [5, 6, 7, 8], max_tokens=2, priority=BATCH)
         self.rng = random.Random(args.seed)
         self.vocab = self.engine.model_config.vocab_size // 2  # ordinary ids, no specials
         self.times: dict[str, list[float]] = {}

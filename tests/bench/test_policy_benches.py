@@ -16,10 +16,13 @@ def test_priority_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
     bench = load("priority")
     args = ["--model", str(tiny_model_dir), "--batch-jobs", "8", "--interactive-jobs", "3"]
     args += ["--scale", "0.5", "--max-num-seqs", "4", "--max-num-batched-tokens", "64"]
-    # Arrivals come between steps, after the first: by then batch jobs hold every slot.
-    # At 0.05 s a quiet machine had already finished the whole backlog (2 waves of 24 tokens,
-    # 0.1 s in all) and no preemption was needed: 48-token jobs, all chats in the first 15 ms.
-    args += ["--interactive-start-s", "0.005", "--interactive-every-s", "0.005"]
+    # Chats arrive after the backlog's fourth step: by then batch jobs hold every slot (a
+    # 64-token budget admits 48-token prompts over 3 steps), however slow the machine. By wall
+    # time alone, a loaded CI machine let them in after the first step, into free slots, and
+    # no preemption was needed. The rest comes soon: a quiet machine finishes the backlog
+    # (2 waves of 48-token jobs) in ~0.1 s.
+    args += ["--interactive-after-steps", "4"]
+    args += ["--interactive-start-s", "0.0", "--interactive-every-s", "0.005"]
     args += ["--threads", str(torch.get_num_threads()), "--kv-cache-bytes", str(16 << 20)]
     report = bench.main([*args, "--out", str(tmp_path / "out.json")])
     runs = report["runs"]
