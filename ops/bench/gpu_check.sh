@@ -18,11 +18,13 @@
 # script's own plumbing is proven before a lease is spent on it.
 # Time budget: each part has its own `timeout`, and a failing or killed part does not stop the
 # next, so one run says as much as it can. The limits, in seconds, in the order they run:
-#   environment 5 + 10 + 10, kernel tests 120, random Llama 30, random Qwen3 25,
-#   engine mix 110 (HF CB took 48 s on 2026-11-30; it gives up itself after 55 s, so the report
-#   and ours' figures are still written), steps Llama 45, nano-vllm Qwen3 60, nano-vllm Llama 55,
-#   steps Qwen3 40, mix x4 35, decode grid 30 (it prints each case as it goes), digest 5
-#   = 580 s, 9.7 min at worst, within the 10 a lease command may run. NANO_HF_CB=1 adds 120 s.
+#   environment 5 + 10 + 10, kernel tests 120 (all but the sweep), random Llama 30, random
+#   Qwen3 25, engine mix 100 (HF CB took 48 s on 2026-11-30; it gives up itself after 55 s, so
+#   the report and ours' figures are still written), steps Llama 45, nano-vllm Qwen3 60,
+#   nano-vllm Llama 45, steps Qwen3 40, mix x4 35, decode grid 25 (it prints each case as it
+#   goes), the kernel sweep 45, digest 5 = 600 s at worst, the 10 min a lease command may run.
+#   On 2026-12-04 the run took 350 s; the 133 kernel tests got through 123 in 120 s, the last
+#   10 of the sweep cut off, hence the sweep's own part at the end. NANO_HF_CB=1 adds 120 s.
 # The parts most worth their time run first. Argument-rejection tests stay on the CPU (they pass
 # CPU tensors on purpose). Logs and JSON land in $OUT. Missing pure-Python packages (redis,
 # pydantic, our transformers pin) can come as wheels in .whl/ (see the device tool's README).
@@ -56,7 +58,8 @@ if [ -n "${SMOKE:-}" ]; then
     DEVICE=cpu THREADS=2 LLAMA_SHAPE=tiny QWEN3_SHAPE=tiny-qwen3 WEIGHT_DTYPE=float32
     MIX_N=4 MIX4_N=8 MIX_SCALE=0.05 NANO_N=4 NANO_SCALE=0.02
     KV_MIX=64e6 KV_NANO_QWEN3=64e6 KV_NANO_LLAMA=64e6 KV_STEPS_QWEN3=64e6
-    STEPS_ARGS=(--batch-sizes 1,3 --context 9 --steps 2 --warmup 1 --profile-steps 1)
+    STEPS_ARGS=(--batch-sizes 1,3 --context 9 --steps 2 --warmup 1 --profile-steps 1
+        --phase-steps 2 --host-profile-steps 1)
 else
     DEVICE=cuda THREADS=8 LLAMA_SHAPE=llama-3.2-1b QWEN3_SHAPE=qwen3-0.6b WEIGHT_DTYPE=bfloat16
     MIX_N=64 MIX4_N=256 MIX_SCALE=1 NANO_N=256 NANO_SCALE=1
@@ -96,7 +99,7 @@ if [ $DEVICE = cuda ]; then
         tests/kernels/test_triton_layer_ops.py tests/kernels/test_gpu_kernels.py \
         tests/kernels/test_triton_decode.py tests/kernels/test_triton_prefill.py \
         tests/kernels/test_triton_kv_write.py tests/kernels/test_triton_backend.py \
-        tests/kernels/test_triton_sweep.py -k "not rejects" >"$OUT/kernel_tests.log" 2>&1
+        -k "not rejects" >"$OUT/kernel_tests.log" 2>&1
     echo "pytest exit $?"
     tail -25 "$OUT/kernel_tests.log"
 fi
@@ -108,7 +111,7 @@ timeout 25 python3 ops/bench/random_model.py --shape $QWEN3_SHAPE --tokenizer "$
     --out "$QWEN3_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 | grep -v "shards"
 
 section "engine: the 64-request mix on Llama-3.2-1B's shape, ours and HF CB"
-part 110 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours,hf-cb \
+part 100 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours,hf-cb \
     --hf-cb-timeout-s 55 --num-requests $MIX_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX \
     --out "$OUT/engine.json"
 
@@ -121,7 +124,7 @@ part 60 nano_qwen3 5 engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" --worklo
     --num-requests $NANO_N --scale $NANO_SCALE --systems ours --kv-cache-bytes $KV_NANO_QWEN3 \
     --out "$OUT/nano_qwen3.json"
 
-NANO_SYSTEMS=ours NANO_LIMIT=55
+NANO_SYSTEMS=ours NANO_LIMIT=45
 [ -n "${NANO_HF_CB:-}" ] && NANO_SYSTEMS=ours,hf-cb NANO_LIMIT=175
 section "nano-vllm's workload: Llama-3.2-1B's shape, $NANO_SYSTEMS"
 part $NANO_LIMIT nano_llama 6 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
@@ -138,7 +141,13 @@ part 35 engine256 4 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems
 
 if [ $DEVICE = cuda ]; then
     section "decode kernel grid"
-    part 30 decode 6 kernels.py --out "$OUT/decode.json"
+    part 25 decode 6 kernels.py --out "$OUT/decode.json"
+
+    section "kernel tests on the GPU: the sweep"
+    PATERNOSTER_TEST_DEVICE=cuda timeout 45 python3 -m pytest -q -p no:cacheprovider -rfE \
+        tests/kernels/test_triton_sweep.py -k "not rejects" >"$OUT/kernel_sweep.log" 2>&1
+    echo "pytest exit $?"
+    tail -5 "$OUT/kernel_sweep.log"
 fi
 
 section "digest"

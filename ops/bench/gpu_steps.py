@@ -37,6 +37,7 @@ from step_floor import copy_gbps, profile_idle, step_bytes, synchronize
 
 from ops.bench.common import DEFAULT_DTYPE, write_report
 from ops.bench.engine_workload import normal_token_ids
+from ops.bench.step_timer import host_profile, phase_ms
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
@@ -81,6 +82,7 @@ class StepBench:
         rng = random.Random(f"{a.seed}-{batch}")
         prefill_bound = -(-batch * a.context // a.max_num_batched_tokens) + 1
         tokens = prefill_bound + a.warmup + a.steps + a.profile_steps + 2
+        tokens += a.phase_steps + a.host_profile_steps
         params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
         ids = [f"b{batch}-{i}" for i in range(batch)]
         for rid in ids:
@@ -125,6 +127,12 @@ class StepBench:
             idle = profile_idle(lambda: rows.append(self.step()), a.profile_steps, a.device)
         except Exception as e:  # a profiler that cannot trace must not cost the timings
             idle = {"idle_share": None, "profile_error": f"{type(e).__name__}: {e}"}
+        more: dict[str, Any] = {}
+        step = lambda: rows.append(self.step())  # noqa: E731
+        if a.phase_steps:
+            more["phase_ms"] = phase_ms(self.engine, step, a.phase_steps)
+        if a.host_profile_steps and batch == max(a.batch_sizes):
+            more["host_profile"] = host_profile(step, a.host_profile_steps)
         self.release(ids)
         nbytes = step_bytes(self.mc, itemsize, batch, context)
         ms = 1e3 * wall / a.steps
@@ -142,6 +150,7 @@ class StepBench:
             "output_tok_s": batch * a.steps / wall,
             "bytes": nbytes,
             **idle,
+            **more,
         }
 
 
@@ -199,6 +208,18 @@ def print_table(report: dict[str, Any]) -> None:
             f"{r['median_ms']:>7.2f} {r['floor_ms']:>8.3f} {r['x_floor']:>7.1f} {idle:>6} "
             f"{r['output_tok_s']:>8.0f}{'' if r['decode_only'] else '  (not decode-only!)'}"
         )
+    phased = [r for r in report["batches"] if "phase_ms" in r]
+    if phased:
+        names = ("host", "wait", "schedule", "run", "prepare", "sample", "resolve", "update",
+                 "append", "detokenize", "other")  # fmt: skip
+        print("host phases, median ms a step: " + " ".join(f"{n:>7}" for n in names))
+        for r in phased:
+            cells = " ".join(f"{r['phase_ms'].get(n, 0.0):>7.3f}" for n in names)
+            print(f"  batch {r['batch']:>3}{' ' * 22}{cells}")
+    for r in report["batches"]:
+        if "host_profile" in r:
+            print(f"cProfile of batch {r['batch']}, per step:")
+            print("\n".join(r["host_profile"]))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -212,6 +233,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=20, help="timed decode steps per batch size")
     p.add_argument("--profile-steps", type=int, default=5)
+    # The host's side: its phases timed from outside the engine (step_timer.py), and a cProfile
+    # of the largest batch's steps.
+    p.add_argument("--phase-steps", type=int, default=10)
+    p.add_argument("--host-profile-steps", type=int, default=5)
     p.add_argument("--kv-cache-bytes", type=lambda v: int(float(v)), default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--copy-bytes", type=lambda v: int(float(v)), default=None)

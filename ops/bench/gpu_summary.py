@@ -52,6 +52,14 @@ def steps_lines(name: str, report: dict[str, Any]) -> list[str]:
             f"(floor {r['floor_ms']:.3f}, x{r['x_floor']:.1f}) {idle_text} "
             f"{r['output_tok_s']:>8.0f} tok/s{'' if r['decode_only'] else ' NOT decode-only'}"
         )
+        if (ph := r.get("phase_ms")) is not None:  # the host's side: what the device waits on
+            lines.append(
+                f"    host {ph['host']:.2f} ms (wait {ph.get('wait', 0.0):.2f}): schedule "
+                f"{ph.get('schedule', 0.0):.2f}, run {ph.get('run', 0.0):.2f} (prepare "
+                f"{ph.get('prepare', 0.0):.2f}), sample {ph.get('sample', 0.0):.2f}, resolve "
+                f"{ph.get('resolve', 0.0):.2f}, update {ph.get('update', 0.0):.2f}, append "
+                f"{ph.get('append', 0.0):.2f}, other {ph.get('other', 0.0):.2f}"
+            )
     return lines
 
 

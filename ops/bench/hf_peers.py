@@ -8,6 +8,7 @@ greedy picks match our ``ignore_eos``) and continuous batching gets ``eos_token_
 from __future__ import annotations
 
 import argparse
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -94,6 +95,13 @@ def run_hf_sequential(
     return SystemResult("hf-seq", time.perf_counter() - start, outputs)
 
 
+def page_field(config_class: type) -> str:
+    """The name of the tokens-per-page field: ``page_size`` in later transformers (5.24 here),
+    ``block_size`` in 5.17.0, whose config refused ``page_size`` on the H200 of 2026-12-04."""
+    fields = inspect.signature(config_class).parameters
+    return "page_size" if "page_size" in fields else "block_size"
+
+
 def hf_cb_configs(args: argparse.Namespace, model: Any, max_output: int) -> tuple[Any, Any]:
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
@@ -101,7 +109,7 @@ def hf_cb_configs(args: argparse.Namespace, model: Any, max_output: int) -> tupl
     itemsize = getattr(torch, args.dtype).itemsize
     block_bytes = mc.kv_bytes_per_token * itemsize * args.hf_cb_page_size
     cb = ContinuousBatchingConfig(
-        page_size=args.hf_cb_page_size,
+        **{page_field(ContinuousBatchingConfig): args.hf_cb_page_size},
         num_blocks=max(1, args.kv_cache_bytes // block_bytes),  # the same KV bytes as ours
         max_batch_tokens=args.hf_cb_max_batch_tokens or args.max_num_batched_tokens,
         max_requests_per_batch=args.max_num_seqs,
@@ -164,7 +172,7 @@ def run_hf_cb(
         resolved = manager.continuous_batching_config
         extra = {
             "attn_implementation": attn,
-            "page_size": resolved.page_size,
+            "page_size": getattr(resolved, page_field(type(resolved))),
             "num_blocks": resolved.num_blocks,
             "max_batch_tokens": resolved.max_batch_tokens,
             "max_requests_per_batch": resolved.max_requests_per_batch,

@@ -11,11 +11,15 @@ the compute waited for, measured where it waits.
 
 from __future__ import annotations
 
+import cProfile
+import pstats
+import statistics
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from worker.engine.detokenizer import IncrementalDetokenizer
@@ -128,3 +132,41 @@ def instrumented(engine: LLMEngine, timer: StepTimer) -> Iterator[None]:
             setattr(obj, attr, fn)
         if loop is not None:
             del loop.launcher._compute  # the instance attribute: the class's method again
+
+
+def phase_ms(engine: LLMEngine, step: Callable[[], None], num_steps: int) -> dict[str, float]:
+    """Median wall ms per phase of ``num_steps`` calls of ``step`` (which steps ``engine``),
+    ``host`` among them: the step less its ``wait`` for the device's ids. On CUDA each phase is
+    the host's own time (a launch returns before its kernels run), so ``host`` is the chain the
+    device waits on when it exceeds the device's step (`overlap.py`)."""
+    timer = StepTimer()
+    with instrumented(engine, timer):
+        for _ in range(num_steps):
+            start = time.perf_counter()
+            step()
+            timer.end_step(time.perf_counter() - start, keep=True)
+    keys = sorted({k for s in timer.steps for k in s})
+    ms = {k: 1e3 * statistics.median(s.get(k, 0.0) for s in timer.steps) for k in keys}
+    ms["host"] = 1e3 * statistics.median(s["step"] - s.get("wait", 0.0) for s in timer.steps)
+    return ms
+
+
+def host_profile(step: Callable[[], None], num_steps: int, top: int = 25) -> list[str]:
+    """cProfile of ``num_steps`` calls of ``step``: the ``top`` functions by their own time, one
+    line each (calls, own ms and cumulative ms a step, where). Python's profiler multiplies the
+    cost of small calls; read it for where the host's time goes, not for how much."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(num_steps):
+        step()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    rows = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    lines = []
+    for (path, line, name), (_, calls, own_s, cum_s, _) in rows:
+        where = f"{Path(path).name}:{line}({name})" if line else name
+        lines.append(
+            f"{calls / num_steps:8.1f} calls {1e3 * own_s / num_steps:7.3f} ms own "
+            f"{1e3 * cum_s / num_steps:7.3f} ms cum  {where}"
+        )
+    return lines

@@ -72,3 +72,22 @@ def test_random_model_runs_and_a_failing_peer_is_recorded(
     assert set(report["systems"]) == {"ours"}
     assert report["systems"]["ours"]["output_tokens"] == report["workload"]["output_tokens"] > 0
     assert report["config"]["dtype"] == "float32" and report["config"]["device"] == "cpu"
+
+
+def test_hf_cb_page_size_field_by_transformers_version() -> None:
+    """transformers 5.17.0 names a page's tokens ``block_size``; later releases ``page_size``
+    (5.17.0's config refused ``page_size`` on the H200): the bench passes the one there is."""
+    from dataclasses import dataclass
+
+    from transformers import ContinuousBatchingConfig
+
+    from ops.bench.hf_peers import page_field
+
+    @dataclass
+    class Config517:  # 5.17.0's fields, in part
+        block_size: int = 256
+        num_blocks: int | None = None
+
+    assert page_field(Config517) == "block_size"
+    field = page_field(ContinuousBatchingConfig)
+    assert getattr(ContinuousBatchingConfig(**{field: 32}), field) == 32

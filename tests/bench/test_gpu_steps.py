@@ -97,6 +97,7 @@ def cpu_reports(tmp_path_factory: pytest.TempPathFactory, qwen3_dir: Path) -> Pa
     out = tmp_path_factory.mktemp("gpu-out")
     args = ["--model", str(qwen3_dir), "--batch-sizes", "1,3", "--context", "9", "--steps", "2"]
     args += ["--warmup", "1", "--profile-steps", "1", "--max-num-batched-tokens", "16"]
+    args += ["--phase-steps", "3", "--host-profile-steps", "2"]
     args += ["--kv-cache-bytes", str(16 << 20), "--out", str(out / "steps_qwen3.json")]
     load_script("gpu_steps").main(args)
     args = ["--model", str(qwen3_dir), "--workload", "nano-vllm", "--systems", "ours"]
@@ -120,6 +121,13 @@ def test_gpu_steps_on_the_cpu(cpu_reports: Path) -> None:
         assert r["bytes"]["kv_read"] > 0 and r["output_tok_s"] > 0
         assert r["profiled_steps"] == 1 and 0.0 <= r["idle_share"] <= 1.0, r
         assert r["device_events"] > 0 and r["top_events_ms"]
+        phases = r["phase_ms"]  # the host's side of the same steps, timed from outside
+        assert 0 < phases["host"] <= phases["step"] and phases["schedule"] > 0, phases
+        assert phases["append"] > 0 and phases["run"] >= phases["prepare"] > 0, phases
+    # A cProfile of the largest batch's steps, one line a function, by own time.
+    assert "host_profile" not in report["batches"][0]
+    profile = report["batches"][1]["host_profile"]
+    assert 0 < len(profile) <= 25 and all(" ms own " in line for line in profile), profile
 
 
 def test_nano_vllm_workload(cpu_reports: Path) -> None:
@@ -146,4 +154,5 @@ def test_summary_digests_every_report(cpu_reports: Path) -> None:
     assert "nano_qwen3: 3 requests (nano-vllm)" in text and "out tok/s" in text
     assert "steps_qwen3: qwen3 2 layers" in text
     assert sum("batch " in line and "floor" in line for line in lines) == 2
+    assert sum(line.startswith("    host ") and "schedule" in line for line in lines) == 2
     assert "killed.json: unreadable" in text
