@@ -15,6 +15,13 @@ torch.profiler. The engine is the one users get (CUDA graphs unless ``--enforce-
 - **Idle share**: 1 - (union of the device's busy intervals) / (the profiled window). On CUDA the
   intervals are kernels, copies and memsets; on the CPU they are torch ops (our pybind C++
   kernels are not dispatcher ops and count as idle), so a CPU run only proves the path works.
+- **The host's side** (``phase_ms``, ``--phase-steps`` more steps): each phase of the step
+  timed from outside the engine in wall ms (`step_timer.phase_ms`: schedule, run and within it
+  prepare, sample, resolve, update, emit, detokenize, other), ``host`` being the step less its
+  wait for the device's ids: where an idle device's time goes on the host. The per-request
+  wrappers add ~0.5 us a row to ``host`` (two a row); ``ms_per_step`` is timed without them.
+  The largest batch's steps are also run under cProfile (``--host-profile-steps``), its top
+  functions by own time in ``host_profile``.
 """
 
 from __future__ import annotations

@@ -34,12 +34,18 @@ host work it waited for, measured on the thread that waits. ``host_ms`` is then
 ``device_idle`` plus the step thread's input preparation (on CUDA the launch prepares on the
 host, ahead of the device, so this overstates a GPU's wait). ``async`` on the CPU runs each op
 as it is called, so it only reorders the loop. Compare loops in separate processes
-(`overlap_loop.py` says why). Each wrapper adds well under a microsecond per call.
+(`overlap_loop.py` says why).
 
 ``--clock thread`` times each phase (and the step) in CPU time of the thread it runs on
 (`time.thread_time`) instead of wall time: on a shared machine the host phases' CPU time moves
 far less with other processes' load. Forward and sampling then also count the OpenMP threads'
 spinning on the caller; the thread loop, which waits on another thread, is refused.
+
+What the wrappers cost: each reads the clock twice, and `time.thread_time` is a system call
+(1.04 us a call on a 2-core AMD EPYC; `perf_counter` 0.06). The per-request wrappers (`emit`,
+the detokenizer: two a row) then add ~1 ms of thread time at batch 256 to the phases and the
+host total they time. ``--coarse`` leaves them out: ``host_ms`` is then the step's true host
+cost, and emit and detokenizing are counted in ``other``.
 """
 
 from __future__ import annotations
@@ -140,7 +146,7 @@ def time_steps(engine: LLMEngine, args: argparse.Namespace, batch: int) -> StepT
     clock = CLOCKS[args.clock]
     timer = StepTimer(clock)
     steady = 0  # consecutive steps in which every request decodes
-    with instrumented(engine, timer):
+    with instrumented(engine, timer, per_row=not args.coarse):
         while len(timer.steps) < args.steps:
             start = clock()
             engine.step()
@@ -225,6 +231,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="thread: CPU time of the thread each phase runs on (plain and async loops only)",
     )
     p.add_argument("--min-tokens", action="store_true", help="min_tokens = max_tokens: EOS masked")
+    p.add_argument(
+        "--coarse",
+        action="store_true",
+        help="no per-request wrappers (step_timer.PER_ROW_PARTS): true host totals, "
+        "emit and detokenize counted in other step glue",
+    )
     p.add_argument("--prompt-len", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", type=Path, help="an HF dir to use instead of writing random weights")

@@ -80,3 +80,19 @@ def test_host_overhead_times_cpu_with_the_thread_clock(
     assert 0 < run["named_share_of_step"] <= 1.0  # the phases' CPU time inside the step's
     with pytest.raises(SystemExit, match="thread loop"):
         bench.main([*args, "--overlap-steps", "thread"])
+
+
+def test_host_overhead_coarse_leaves_the_per_request_wrappers_out(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """``--coarse``: emit and detokenizing are not wrapped (two clock reads a row each), so
+    their time is in ``other`` and the host total is the step's own."""
+    bench = load_script("host_overhead")
+    args = ["--batches", "4", "--steps", "3", "--warmup", "1", "--shape", "tiny", "--coarse"]
+    args += ["--tokenizer", str(tiny_model_dir), "--out", str(tmp_path / "host.json")]
+    args += ["--threads", str(torch.get_num_threads()), "--overlap-steps", "async"]
+    (run,) = bench.main(args)["batches"]
+    ms = run["median_ms"]
+    assert ms["append"] == ms["detokenize"] == 0.0  # never timed
+    assert ms["schedule"] > 0 and ms["resolve"] > 0 and ms["other"] > 0
+    assert 0 < run["host_ms"] < ms["step"]

@@ -28,7 +28,9 @@ FIELDS = dict(
 
 
 def test_a_fast_output_is_the_constructors_value_and_stays_frozen() -> None:
-    fast, built = RequestOutput.fast(**FIELDS), RequestOutput(**FIELDS)  # type: ignore[arg-type]
+    fixed = RequestOutput.fixed_fields("r", num_prompt_tokens=3, index=1)
+    fast = RequestOutput.fast(fixed, (5,), "hi", FinishReason.STOP, 4, (), 2)
+    built = RequestOutput(**FIELDS)  # type: ignore[arg-type]
     assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
     assert fast.error is None  # a default left out is the default
     assert dataclasses.replace(fast, error="boom").error == "boom"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from worker.engine.sampler import TokenLogprobs
 from worker.engine.sequence import FinishReason
+
+_new = object.__new__
 
 
 @dataclass(frozen=True)
@@ -31,17 +33,43 @@ class RequestOutput:
     # does not compile: grammar.GrammarError); None for a failure of the engine's own.
     error_type: type[Exception] | None = None
 
+    @staticmethod
+    def fixed_fields(request_id: str, num_prompt_tokens: int, index: int) -> dict[str, Any]:
+        """The fields one choice's outputs share, with every default: what `fast` starts from
+        (made once per choice)."""
+        fixed = dict(_DEFAULTS)
+        fixed.update(request_id=request_id, num_prompt_tokens=num_prompt_tokens, index=index)
+        return fixed
+
     @classmethod
-    def fast(cls, **values: Any) -> RequestOutput:
-        """``RequestOutput(**values)``, without the frozen ``__init__``'s ``object.__setattr__``
-        per field: 0.36 us against 1.13 (one per request per step: 0.2 ms at batch 256). The
-        fields are not checked: the engine's own callers pass them (`RequestState.output`)."""
-        out = object.__new__(cls)
-        out.__dict__.update(_DEFAULTS, **values)
+    def fast(
+        cls,
+        fixed: Mapping[str, Any],
+        new_token_ids: tuple[int, ...],
+        text_delta: str,
+        finish_reason: FinishReason | None,
+        num_output_tokens: int,
+        logprobs: tuple[TokenLogprobs, ...],
+        num_cached_tokens: int,
+    ) -> RequestOutput:
+        """A step's output without the frozen ``__init__``'s ``object.__setattr__`` per field;
+        ``fixed``: its choice's `fixed_fields`. 0.65 us against 1.44 through ten keywords
+        (2-core AMD EPYC; one per request per step). Not checked: the engine's own callers
+        pass the fields (`RequestState.output`)."""
+        out = _new(cls)
+        values = out.__dict__
+        values.update(fixed)
+        values["new_token_ids"] = new_token_ids
+        values["text_delta"] = text_delta
+        values["finished"] = finish_reason is not None
+        values["finish_reason"] = finish_reason
+        values["num_output_tokens"] = num_output_tokens
+        values["logprobs"] = logprobs
+        values["num_cached_tokens"] = num_cached_tokens
         return out
 
 
-# Every field that has a default, for `RequestOutput.fast`.
+# Every field that has a default, for `RequestOutput.fixed_fields`.
 _DEFAULTS = {f.name: f.default for f in fields(RequestOutput) if f.default is not MISSING}
 
 

@@ -127,11 +127,12 @@ class OverlapLoop:
         if decision.is_empty:
             return None
         states = e._states
-        sampling = [states[item.seq_id] for item in decision.scheduled if item.samples]
+        seq_ids = [item.seq_id for item in decision.scheduled if item.samples]
+        sampling = [states[seq_id] for seq_id in seq_ids]
         rows = sampling_rows(sampling)  # taken now: the states change while it computes
-        requests = dict(zip([s.seq.seq_id for s in sampling], rows, strict=True))
+        requests = dict(zip(seq_ids, rows, strict=True))
         inflight = self.launcher.launch(decision, requests, rows.flags)
-        places = {s.seq.seq_id: s.reserve() for s in sampling}
+        places = dict(zip(seq_ids, [s.reserve() for s in sampling], strict=True))
         self._pending = Launched(inflight, places, not rows.flags & NEEDS_IDS)
         return decision
 

@@ -32,6 +32,7 @@ class RequestState:
         # num_tokens at which it ends by length: max_tokens out, or the model's length.
         self._end_len = min(seq.num_prompt_tokens + params.max_tokens, max_model_len)
         self._token_ids, self._num_prompt = seq.token_ids, seq.num_prompt_tokens  # never rebound
+        self._fixed = RequestOutput.fixed_fields(seq.request_id, seq.num_prompt_tokens, seq.index)
 
     def sampling_request(self) -> SamplingRequest:
         """What the sampler needs of this choice for its next token."""
@@ -135,16 +136,13 @@ class RequestState:
         if num_output_tokens is None:
             num_output_tokens = len(seq.token_ids) - seq.num_prompt_tokens
         return RequestOutput.fast(
-            request_id=seq.request_id,
-            new_token_ids=new_token_ids,
-            text_delta=delta,
-            finished=reason is not None,
-            finish_reason=reason,
-            num_prompt_tokens=seq.num_prompt_tokens,
-            num_output_tokens=num_output_tokens,
-            logprobs=logprobs,
-            index=seq.index,
-            num_cached_tokens=seq.num_cached_tokens,
+            self._fixed,
+            new_token_ids,
+            delta,
+            reason,
+            num_output_tokens,
+            logprobs,
+            seq.num_cached_tokens,  # set at its first admission
         )
 
 
