@@ -130,12 +130,12 @@ class StepBench:
         context = a.context + statistics.mean(self.generated[r] for r in ids) + (a.steps - 1) / 2
         wall, gaps, timed_rows = self.timed(a.steps)
         rows += timed_rows
+        step = lambda: rows.append(self.step())  # noqa: E731
         try:
-            idle = profile_idle(lambda: rows.append(self.step()), a.profile_steps, a.device)
+            idle = profile_idle(step, a.profile_steps, a.device)
         except Exception as e:  # a profiler that cannot trace must not cost the timings
             idle = {"idle_share": None, "profile_error": f"{type(e).__name__}: {e}"}
         more: dict[str, Any] = {}
-        step = lambda: rows.append(self.step())  # noqa: E731
         if a.phase_steps:
             more["phase_ms"] = phase_ms(self.engine, step, a.phase_steps)
         if a.host_profile_steps and batch == max(a.batch_sizes):
