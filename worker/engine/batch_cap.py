@@ -112,8 +112,7 @@ class BatchBound:
             self._urgent_at = now
         elif now - self._urgent_at > HOLD_S:
             return False
-        # `is_batch` inlined: a pass over every running row, each step a more urgent one runs.
-        self.active = batch_waiting or any(s.priority >= BATCH_FLOOR for s in running)
+        self.active = batch_waiting or any(is_batch(s) for s in running)
         return self.active
 
     def split(self, rows: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
