@@ -163,9 +163,11 @@ def launch_all(dtype: torch.dtype, decode: Any, prefill: Any, kv_write: Any) -> 
     seq_lens = torch.full((num_seqs,), 200, dtype=torch.int32)
     q = torch.zeros(num_seqs, hq, d, dtype=dtype)
     out = torch.zeros_like(q)
-    for splits in (1, 2):  # direct output, and partial outputs plus the merge kernel
+    # Direct output, and partial outputs plus the merge kernel: a grid for 512 tokens (any
+    # bound is valid) holds two splits of the 256-token floor.
+    for splits in (1, 2):
         decode.paged_decode_attention(
-            q, k_cache, v_cache, tables, seq_lens, 0.1, 200, out=out, num_splits=splits
+            q, k_cache, v_cache, tables, seq_lens, 0.1, 512, out=out, num_splits=splits
         )
     q_prefill = torch.zeros(2 * 20, hq, d, dtype=dtype)
     starts = torch.tensor([0, 20, 40], dtype=torch.int32)

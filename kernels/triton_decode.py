@@ -41,8 +41,10 @@ from kernels.triton_common import (
 # fit shared memory with room to spare. Untuned on the target GPU yet (see ops/bench/kernels.py).
 BLOCK_N = 64
 # A 256-token split reads 128 KiB of K/V per KV head (bf16, D 128) and writes GROUP x 512 B of
-# partials (1.6% for GROUP 4); shorter splits would let the fixed per-program cost (q load, table
-# loads, the merge) grow relative to the work. A reasoned floor, not yet measured.
+# partials (1.6% for GROUP 4). On an H200 (2026-12-04, `kernels.py --splits`, graph replays,
+# 32/8 heads of 128, a grid sized for 131072 tokens), 64-token splits beat 256 at batch 1 and 8
+# (11.4 against 17.0 us at batch 1, 528 tokens) and lost 8% at batch 32; 256 is the floor that
+# the engine's steps were measured with (docs/bench/h200/2026-12-04c).
 MIN_SPLIT_TOKENS = 256
 MAX_SPLITS = 64
 # Programs per SM to aim for: a decode program keeps only a few tiles in flight, so an SM needs
@@ -70,7 +72,7 @@ def _paged_decode_kernel(
     stride_c_tok,
     stride_c_head,
     stride_bt_seq,
-    split_len,
+    min_split_len,
     num_splits,
     GROUP: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
@@ -86,6 +88,10 @@ def _paged_decode_kernel(
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
+    # Each sequence cuts its own context into the grid's splits (whole tiles, no shorter than
+    # min_split_len), so every split count covers every length: a CUDA graph's grid, sized once,
+    # splits short and long contexts alike.
+    split_len = tl.maximum(tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N, min_split_len)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)  # start >= end: empty split, no loop trips
 
@@ -196,13 +202,20 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, sms: i
     return max(1, min(wanted, useful, MAX_SPLITS))
 
 
-def split_plan(max_seq_len: int, num_splits: int) -> tuple[int, int]:
-    """``(num_splits, split_len)``: whole ``BLOCK_N`` tiles per split, recounted so that no split
-    is empty for every sequence (e.g. 1000 tokens in 3 splits -> 3 x 384; in 5 -> 4 x 256)."""
+def split_plan(
+    max_seq_len: int, num_splits: int, min_split_len: int = MIN_SPLIT_TOKENS
+) -> tuple[int, int]:
+    """``(num_splits, split_len)`` of the longest sequence: whole ``BLOCK_N`` tiles per split, no
+    split under ``min_split_len``, the count recounted so that none is empty for it (1000 tokens
+    in 3 splits -> 3 x 384; in 5 -> 4 x 256). The kernel cuts each shorter sequence the same way
+    by its own length, into at most as many splits."""
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {num_splits}")
-    split_len = triton.cdiv(triton.cdiv(max(max_seq_len, 1), num_splits), BLOCK_N) * BLOCK_N
-    return triton.cdiv(max(max_seq_len, 1), split_len), split_len
+    if min_split_len < BLOCK_N or min_split_len % BLOCK_N:
+        raise ValueError(f"min_split_len must be a multiple of {BLOCK_N}, got {min_split_len}")
+    length = max(max_seq_len, 1)
+    split_len = max(triton.cdiv(triton.cdiv(length, num_splits), BLOCK_N) * BLOCK_N, min_split_len)
+    return triton.cdiv(length, split_len), split_len
 
 
 def paged_decode_attention(
@@ -216,13 +229,16 @@ def paged_decode_attention(
     *,
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
+    min_split_len: int = MIN_SPLIT_TOKENS,
 ) -> torch.Tensor:
     """One query token per sequence: ``q`` ``(num_seqs, num_q_heads, head_size)``.
 
-    ``max_seq_len`` may be any upper bound of ``seq_lens`` (it only sizes the grid); ``None``
-    reads it from the device like the reference. Rows with ``seq_len == 0`` (batch padding) get
-    zeros where the reference gives NaN. ``out`` lets callers (and tests) supply the
-    output buffer; ``num_splits`` overrides `choose_num_splits`.
+    ``max_seq_len`` only sizes the grid (the split count): each sequence splits its own length,
+    so any value is correct, and a CUDA graph passes max_model_len to keep its splits for long
+    contexts; ``None`` reads it from the device like the reference. Rows with ``seq_len == 0``
+    (batch padding) get zeros where the reference gives NaN. ``out`` lets callers (and tests)
+    supply the output buffer; ``num_splits`` overrides `choose_num_splits`, and
+    ``min_split_len`` (a multiple of ``BLOCK_N``) is the shortest split a sequence is cut into.
     """
     check_kv_cache(k_cache, v_cache)
     check_query(q, k_cache)
@@ -238,7 +254,7 @@ def paged_decode_attention(
         max_seq_len = int(seq_lens.max().item())
     if num_splits is None:
         num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, num_sms(q.device))
-    num_splits, split_len = split_plan(max_seq_len, num_splits)
+    num_splits, _ = split_plan(max_seq_len, num_splits, min_split_len)
 
     group = num_q_heads // num_kv_heads
     dot_fp32, dot_precision = dot_flags(q.dtype, q.device)
@@ -267,7 +283,7 @@ def paged_decode_attention(
         k_cache.stride(2),  # token within a block
         k_cache.stride(1),  # KV head
         block_tables.stride(0),
-        split_len,
+        min_split_len,
         num_splits,
         GROUP=group,
         HEAD_SIZE=head_size,

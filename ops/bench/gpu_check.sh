@@ -12,19 +12,23 @@
 #
 #   OUT=results/gpu TOKENIZER=dir-with-config-and-tokenizer bash ops/bench/gpu_check.sh
 #   SMOKE=1 OUT=/tmp/gpu-smoke TOKENIZER=dir bash ops/bench/gpu_check.sh   # CPU, tiny, ~2 min
+#   QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # a second lease call, ~3 min: the decode
+#       kernel's tests, random weights, the decode split sweep, both shapes' decode steps, the
+#       mix with ours alone
 #
 # SMOKE=1 runs the same lines on the CPU at tiny sizes (shapes tiny and tiny-qwen3, a few
 # requests, batch 1 and 3) and skips the two CUDA-only parts (kernel tests, decode grid), so the
 # script's own plumbing is proven before a lease is spent on it.
 # Time budget: each part has its own `timeout`, and a failing or killed part does not stop the
 # next, so one run says as much as it can. The limits, in seconds, in the order they run:
-#   environment 5 + 10 + 10, kernel tests 120 (all but the sweep), random Llama 30, random
-#   Qwen3 25, engine mix 100 (HF CB took 48 s on 2026-11-30; it gives up itself after 55 s, so
+#   environment 5 + 10 + 10, kernel tests 100 (all but the sweep), random Llama 30, random
+#   Qwen3 25, decode splits 30, engine mix 100 (HF CB took 48 s on 2026-11-30; it gives up itself after 55 s, so
 #   the report and ours' figures are still written), steps Llama 45, nano-vllm Qwen3 60,
 #   nano-vllm Llama 45, steps Qwen3 40, mix x4 35, decode grid 25 (it prints each case as it
-#   goes), the kernel sweep 45, digest 5 = 600 s at worst, the 10 min a lease command may run.
+#   goes), the kernel sweep 35, digest 5 = 600 s at worst, the 10 min a lease command may run.
 #   On 2026-12-04 the run took 350 s; the 133 kernel tests got through 123 in 120 s, the last
-#   10 of the sweep cut off, hence the sweep's own part at the end. NANO_HF_CB=1 adds 120 s.
+#   10 of the sweep cut off, hence the sweep's own part at the end. Its second run that day:
+#   430 s, the tests but the sweep 84 s. NANO_HF_CB=1 adds 120 s.
 # The parts most worth their time run first. Argument-rejection tests stay on the CPU (they pass
 # CPU tensors on purpose). Logs and JSON land in $OUT. Missing pure-Python packages (redis,
 # pydantic, our transformers pin) can come as wheels in .whl/ (see the device tool's README).
@@ -66,6 +70,8 @@ else
     KV_MIX=16e9 KV_NANO_QWEN3=48e9 KV_NANO_LLAMA=24e9 KV_STEPS_QWEN3=24e9
     STEPS_ARGS=()  # batch 1, 8, 32, 64, 128, 256 at 512-token prompts: gpu_steps.py's defaults
 fi
+# full: true unless QUICK=1 (it guards the parts a quick run leaves out).
+full() { [ -z "${QUICK:-}" ]; }
 # Ours and HF on the same requests: 256 rows a step at most, prefill chunks of 8192 tokens.
 ENGINE_ARGS=(--device $DEVICE --threads $THREADS --keep-going --max-num-seqs 256
     --max-num-batched-tokens 8192)
@@ -94,12 +100,13 @@ if [ $DEVICE = cpu ]; then
 fi
 
 if [ $DEVICE = cuda ]; then
-    section "kernel tests on the GPU"
-    PATERNOSTER_TEST_DEVICE=cuda timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE \
-        tests/kernels/test_triton_layer_ops.py tests/kernels/test_gpu_kernels.py \
-        tests/kernels/test_triton_decode.py tests/kernels/test_triton_prefill.py \
-        tests/kernels/test_triton_kv_write.py tests/kernels/test_triton_backend.py \
-        -k "not rejects" >"$OUT/kernel_tests.log" 2>&1
+    KERNEL_TESTS=(tests/kernels/test_triton_layer_ops.py tests/kernels/test_gpu_kernels.py
+        tests/kernels/test_triton_decode.py tests/kernels/test_triton_prefill.py
+        tests/kernels/test_triton_kv_write.py tests/kernels/test_triton_backend.py)
+    full || KERNEL_TESTS=(tests/kernels/test_triton_decode.py)  # QUICK: the decode kernel's
+    section "kernel tests on the GPU: ${#KERNEL_TESTS[@]} files"
+    PATERNOSTER_TEST_DEVICE=cuda timeout 100 python3 -m pytest -q -p no:cacheprovider -rfE \
+        "${KERNEL_TESTS[@]}" -k "not rejects" >"$OUT/kernel_tests.log" 2>&1
     echo "pytest exit $?"
     tail -25 "$OUT/kernel_tests.log"
 fi
@@ -110,8 +117,19 @@ timeout 30 python3 ops/bench/random_model.py --shape $LLAMA_SHAPE --tokenizer "$
 timeout 25 python3 ops/bench/random_model.py --shape $QWEN3_SHAPE --tokenizer "$TOKENIZER" \
     --out "$QWEN3_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 | grep -v "shards"
 
-section "engine: the 64-request mix on Llama-3.2-1B's shape, ours and HF CB"
-part 100 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours,hf-cb \
+if [ $DEVICE = cuda ]; then
+    # A captured graph sizes the decode kernel's grid from max_model_len (131072 for Llama's
+    # shape): its split counts and shortest splits against one split, at the steps' contexts.
+    section "decode splits as a CUDA graph sizes them"
+    # On 2026-12-04 (contexts 528 and 1024, five variants) it took 24 s.
+    part 30 splits 6 kernels.py --batches 1,8,32,64 --contexts 528,1024,4096 \
+        --grid-max-len 131072 --splits 1:256,auto:64,auto:256 --out "$OUT/splits.json"
+fi
+
+MIX_SYSTEMS=ours,hf-cb
+full || MIX_SYSTEMS=ours
+section "engine: the 64-request mix on Llama-3.2-1B's shape, $MIX_SYSTEMS"
+part 100 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems $MIX_SYSTEMS \
     --hf-cb-timeout-s 55 --num-requests $MIX_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX \
     --out "$OUT/engine.json"
 
@@ -119,15 +137,15 @@ section "decode steps against their byte floor: Llama-3.2-1B's shape"
 part 45 steps_llama 8 gpu_steps.py --device $DEVICE --model "$MODEL_DIR" "${STEPS_ARGS[@]}" \
     --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama.json"
 
-section "nano-vllm's workload: Qwen3-0.6B's shape, ours"
-part 60 nano_qwen3 5 engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" --workload nano-vllm \
+full && section "nano-vllm's workload: Qwen3-0.6B's shape, ours"
+full && part 60 nano_qwen3 5 engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" --workload nano-vllm \
     --num-requests $NANO_N --scale $NANO_SCALE --systems ours --kv-cache-bytes $KV_NANO_QWEN3 \
     --out "$OUT/nano_qwen3.json"
 
 NANO_SYSTEMS=ours NANO_LIMIT=45
 [ -n "${NANO_HF_CB:-}" ] && NANO_SYSTEMS=ours,hf-cb NANO_LIMIT=175
-section "nano-vllm's workload: Llama-3.2-1B's shape, $NANO_SYSTEMS"
-part $NANO_LIMIT nano_llama 6 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
+full && section "nano-vllm's workload: Llama-3.2-1B's shape, $NANO_SYSTEMS"
+full && part $NANO_LIMIT nano_llama 6 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" \
     --workload nano-vllm --num-requests $NANO_N --scale $NANO_SCALE --systems $NANO_SYSTEMS \
     --hf-cb-timeout-s 100 --kv-cache-bytes $KV_NANO_LLAMA --out "$OUT/nano_llama.json"
 
@@ -135,16 +153,16 @@ section "decode steps against their byte floor: Qwen3-0.6B's shape"
 part 40 steps_qwen3 8 gpu_steps.py --device $DEVICE --model "$QWEN3_DIR" "${STEPS_ARGS[@]}" \
     --kv-cache-bytes $KV_STEPS_QWEN3 --out "$OUT/steps_qwen3.json"
 
-section "engine: the mix at 256 requests, ours alone"
-part 35 engine256 4 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours \
+full && section "engine: the mix at 256 requests, ours alone"
+full && part 35 engine256 4 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours \
     --num-requests $MIX4_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX --out "$OUT/engine256.json"
 
-if [ $DEVICE = cuda ]; then
+if [ $DEVICE = cuda ] && full; then
     section "decode kernel grid"
     part 25 decode 6 kernels.py --out "$OUT/decode.json"
 
     section "kernel tests on the GPU: the sweep"
-    PATERNOSTER_TEST_DEVICE=cuda timeout 45 python3 -m pytest -q -p no:cacheprovider -rfE \
+    PATERNOSTER_TEST_DEVICE=cuda timeout 35 python3 -m pytest -q -p no:cacheprovider -rfE \
         tests/kernels/test_triton_sweep.py -k "not rejects" >"$OUT/kernel_sweep.log" 2>&1
     echo "pytest exit $?"
     tail -5 "$OUT/kernel_sweep.log"

@@ -97,41 +97,79 @@ def graph_columns(triton_graph_ms: float | None, sdpa_graph_ms: float | None) ->
 
 
 def run_config(
-    batch: int, ctx: int, dtype: torch.dtype, device: torch.device, ceiling_gbps: float
+    batch: int,
+    ctx: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    ceiling_gbps: float,
+    split: Split | None = None,
 ) -> dict[str, Any]:
+    """One (batch, context) case; ``split`` as `parse_split` gives it (default: the kernel's
+    own choice from the context, and SDPA beside it), else the kernel alone."""
     from kernels.triton_common import num_sms
-    from kernels.triton_decode import choose_num_splits, paged_decode_attention, split_plan
+    from kernels.triton_decode import (
+        MIN_SPLIT_TOKENS,
+        choose_num_splits,
+        paged_decode_attention,
+        split_plan,
+    )
 
     cuda = device.type == "cuda"
     args = paged_inputs(batch, ctx, dtype, device)
     q, k_cache, v_cache, block_tables = args[:4]
-    out = paged_decode_attention(*args)
-    err = reference_error(args, out)
-    num_splits = choose_num_splits(batch, NUM_KV_HEADS, ctx, num_sms(device))
-    triton_ms = median_ms(lambda: paged_decode_attention(*args, out=out), cuda)
-    triton_graph_ms = graph_ms(lambda: paged_decode_attention(*args, out=out)) if cuda else None
+    grid_len, forced, min_split = split or (ctx, None, MIN_SPLIT_TOKENS)
+    out = torch.empty_like(q)
 
-    sdpa_err, sdpa_ms, gather_sdpa_ms, sdpa_graph_ms = time_sdpa(
-        q, k_cache, v_cache, block_tables, ctx, out
-    )
+    def decode() -> torch.Tensor:
+        return paged_decode_attention(
+            *args[:6], grid_len, out=out, num_splits=forced, min_split_len=min_split
+        )
+
+    decode()
+    err = reference_error(args, out)
+    num_splits = forced or choose_num_splits(batch, NUM_KV_HEADS, grid_len, num_sms(device))
+    triton_ms = median_ms(decode, cuda)
+    triton_graph_ms = graph_ms(decode) if cuda else None
     nbytes = 2 * batch * ctx * NUM_KV_HEADS * HEAD_SIZE * dtype.itemsize + 2 * q.nbytes
     gbps = nbytes / triton_ms / 1e6
-    return {
+    result = {
         "batch": batch,
         "context": ctx,
-        "num_splits": split_plan(ctx, num_splits)[0],
+        "num_splits": split_plan(grid_len, num_splits, min_split)[0],
+        "grid_max_len": grid_len,
+        "min_split_len": min_split,
         "bytes": nbytes,
         "triton_us": triton_ms * 1e3,
         "triton_gbps": gbps,
         "pct_of_copy": 100 * gbps / ceiling_gbps,
+        "rel_err_vs_reference": err,
+    }
+    if triton_graph_ms is not None:
+        result["triton_graph_us"] = triton_graph_ms * 1e3
+    if split is not None:
+        return result
+    sdpa_err, sdpa_ms, gather_sdpa_ms, sdpa_graph_ms = time_sdpa(
+        q, k_cache, v_cache, block_tables, ctx, out
+    )
+    return {
+        **result,
         "sdpa_us": sdpa_ms * 1e3,
         "gather_sdpa_us": gather_sdpa_ms * 1e3,
         "speedup_vs_sdpa": sdpa_ms / triton_ms,
         "speedup_vs_gather_sdpa": gather_sdpa_ms / triton_ms,
-        "rel_err_vs_reference": err,
         "rel_err_vs_sdpa": sdpa_err,
         **graph_columns(triton_graph_ms, sdpa_graph_ms),
     }
+
+
+# A split variant: (the grid's max_seq_len, a forced split count or None, min_split_len).
+Split = tuple[int, int | None, int]
+
+
+def parse_split(text: str, grid_max_len: int) -> Split:
+    """``auto:MIN`` (the kernel's split count, splits of at least MIN tokens) or ``N:MIN``."""
+    count, _, min_split = text.partition(":")
+    return grid_max_len, None if count == "auto" else int(count), int(min_split)
 
 
 def print_table(results: dict[str, Any]) -> None:
@@ -148,6 +186,14 @@ def print_table(results: dict[str, Any]) -> None:
     for r in results["configs"]:
         if r.get("skipped"):
             print(f"{r['batch']:>5} {r['context']:>6}  skipped: {r['skipped']}")
+            continue
+        if "sdpa_us" not in r:  # a split variant: the kernel alone (a graph's replay on CUDA)
+            graph = f"graph {r['triton_graph_us']:.1f} us, " if "triton_graph_us" in r else ""
+            print(
+                f"{r['batch']:>5} {r['context']:>6} {r['num_splits']:>5} {r['triton_us']:>10.1f} "
+                f"{r['triton_gbps']:>7.0f} {r['pct_of_copy']:>6.1f}  {graph}grid for "
+                f"{r['grid_max_len']}, splits of >= {r['min_split_len']}"
+            )
             continue
         print(
             f"{r['batch']:>5} {r['context']:>6} {r['num_splits']:>5} {r['triton_us']:>10.1f} "
@@ -170,6 +216,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dtype", choices=sorted(DTYPES), help="default: bf16 on CUDA, fp32 on CPU"
     )
+    ints = lambda s: tuple(int(x) for x in s.split(","))  # noqa: E731
+    parser.add_argument("--batches", type=ints, help="e.g. 1,8,32 (default: the grid's)")
+    parser.add_argument("--contexts", type=ints, help="e.g. 512,1024 (default: the grid's)")
+    parser.add_argument(
+        "--splits",
+        help="split variants instead of the SDPA comparison, comma-separated, each auto:MIN "
+        "or N:MIN (N splits, none under MIN tokens), e.g. 1:256,auto:128,auto:256",
+    )
+    parser.add_argument(
+        "--grid-max-len",
+        type=int,
+        help="the max_seq_len the variants size their grid from (a CUDA graph passes "
+        "max_model_len, e.g. 131072); default: the context",
+    )
     return parser.parse_args(argv)
 
 
@@ -184,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     device = torch.device("cuda" if cuda else "cpu")
     dtype = DTYPES[args.dtype] if args.dtype else torch.bfloat16 if cuda else torch.float32
     batches, contexts = (TINY_BATCHES, TINY_CONTEXTS) if args.tiny else (BATCHES, CONTEXTS)
+    batches, contexts = args.batches or batches, args.contexts or contexts
     torch.manual_seed(0)
     ceiling = copy_gbps(device.type, TINY_COPY_BYTES if args.tiny else COPY_BYTES)
     configs = []
@@ -192,8 +253,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if not fits(batch, ctx, dtype, device):
                 configs.append({"batch": batch, "context": ctx, "skipped": "does not fit memory"})
                 continue
-            configs.append(run_config(batch, ctx, dtype, device, ceiling))
-            print(json.dumps(configs[-1]), flush=True)  # a killed run keeps what it measured
+            variants = args.splits.split(",") if args.splits else [None]
+            for v in variants:
+                split = parse_split(v, args.grid_max_len or ctx) if v else None
+                configs.append(run_config(batch, ctx, dtype, device, ceiling, split))
+                print(json.dumps(configs[-1]), flush=True)  # a killed run keeps what it measured
             if cuda:
                 torch.cuda.empty_cache()
     name = torch.cuda.get_device_name(device) if cuda else "cpu (Triton interpreter)"

@@ -60,6 +60,28 @@ def test_decode_max_seq_len_from_device_and_upper_bound() -> None:
     assert rel_err(paged_decode_attention(*args, 4096, num_splits=8), ref) < 1e-5
 
 
+@pytest.mark.parametrize(
+    ("grid_max_len", "num_splits", "min_split_len"),
+    [(17, 8, 64), (1000, 8, 64), (131072, 64, 64), (131072, 3, 128), (64, None, 64)],
+)
+def test_decode_splits_each_sequence_by_its_own_length(
+    grid_max_len: int, num_splits: int | None, min_split_len: int
+) -> None:
+    # A CUDA graph sizes its grid once (from max_model_len, 131072 here) and replays it for
+    # every context: each sequence cuts its own length into the grid's splits, so a grid sized
+    # for a much longer or a much shorter sequence (17 tokens against 1000) loses nothing.
+    gen = torch.Generator().manual_seed(5)
+    contexts = [1000, 1, 64, 65, 300, 17]
+    kv = make_paged_kv(contexts, 2, 64, 16, torch.float32, gen)
+    q = on_device(torch.randn(len(contexts), 4, 64, generator=gen))
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
+    ref = reference.paged_decode_attention(*args)
+    out = paged_decode_attention(
+        *args, grid_max_len, num_splits=num_splits, min_split_len=min_split_len
+    )
+    assert rel_err(out, ref) < 1e-5
+
+
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_decode_padding_rows_give_zeros(num_splits: int) -> None:
     # seq_len 0 marks a padding row (e.g. a CUDA-graph batch): zeros, not NaN (the reference's).
@@ -80,7 +102,12 @@ def test_decode_padding_rows_give_zeros(num_splits: int) -> None:
 def test_split_plan() -> None:
     assert split_plan(1000, 3) == (3, 384)
     assert split_plan(1000, 5) == (4, 256)  # 5 x 200 rounds up to whole 64-token tiles
-    assert split_plan(17, 8) == (1, 64)
+    assert split_plan(17, 8) == (1, 256)  # never under min_split_len (256 by default)
+    assert split_plan(17, 8, 64) == (1, 64)
+    assert split_plan(1000, 8, 128) == (8, 128)
+    assert split_plan(1000, 3, 512) == (2, 512)
+    with pytest.raises(ValueError, match="min_split_len must be a multiple of 64"):
+        split_plan(1000, 3, 100)
     with pytest.raises(ValueError, match="num_splits must be in"):
         split_plan(1000, 65)
 

@@ -107,11 +107,11 @@ class DeviceInputs:
         puts them: what the graph of that size captures.
 
         A graph freezes the host values too. ``max_seq_len`` is max_model_len: the Triton decode
-        kernel sizes its split-K grid from it, and a grid sized for a shorter step would skip
-        the tail of longer contexts in later replays. Splits past a sequence's length exit at
-        once; the cost is fewer useful splits for short contexts at small batch (batch 1, 128k
-        max_model_len: 64 splits of 2048 tokens, so a 500-token context runs in one program per
-        KV head). ``num_padding`` stays 0: the kernels see slot -1 and seq_len 0 themselves.
+        kernel sizes its split-K grid from it (the split count, once per captured size), and
+        each sequence cuts its own length into those splits at replay, none shorter than
+        `kernels.triton_decode.MIN_SPLIT_TOKENS` (batch 32, 128k max_model_len: 3 splits; a
+        527-token context uses all three, where one split of 43,712 tokens held it until
+        2026-12-04). ``num_padding`` stays 0: the kernels see slot -1 and seq_len 0 themselves.
         """
         f = self.views(size, size, 0)
         w = self.batch.width
