@@ -15,6 +15,11 @@
 #   QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # a second lease call, ~3 min: the decode
 #       kernel's tests, random weights, the decode split sweep, both shapes' decode steps, the
 #       mix with ours alone
+#   BASE=.ab/base QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # before/after on one host
+#       BASE: a checkout to compare (`git worktree add .ab/base COMMIT`, `.ab` excluded and
+#       carried): both shapes' decode steps run from it too, right after this tree's, into
+#       steps_*_base.json. Two calls of one lease once got hosts 2x apart in speed (2026-12-04),
+#       so host-bound figures compare only within a call. It adds 70 s: use it with QUICK=1.
 #
 # SMOKE=1 runs the same lines on the CPU at tiny sizes (shapes tiny and tiny-qwen3, a few
 # requests, batch 1 and 3) and skips the two CUDA-only parts (kernel tests, decode grid), so the
@@ -22,13 +27,14 @@
 # Time budget: each part has its own `timeout`, and a failing or killed part does not stop the
 # next, so one run says as much as it can. The limits, in seconds, in the order they run:
 #   environment 5 + 10 + 10, kernel tests 100 (all but the sweep), random Llama 30, random
-#   Qwen3 25, decode splits 30, engine mix 100 (HF CB took 48 s on 2026-11-30; it gives up itself after 55 s, so
-#   the report and ours' figures are still written), steps Llama 45, nano-vllm Qwen3 60,
-#   nano-vllm Llama 45, steps Qwen3 40, mix x4 35, decode grid 25 (it prints each case as it
-#   goes), the kernel sweep 35, digest 5 = 600 s at worst, the 10 min a lease command may run.
-#   On 2026-12-04 the run took 350 s; the 133 kernel tests got through 123 in 120 s, the last
-#   10 of the sweep cut off, hence the sweep's own part at the end. Its second run that day:
-#   430 s, the tests but the sweep 84 s. NANO_HF_CB=1 adds 120 s.
+#   Qwen3 25, decode splits 30, engine mix 130 (HF CB took 48 s on 2026-11-30 and had 63 of
+#   64 done at its 55 s on 2026-12-04; it gives up itself after 85 s, so the report and ours'
+#   figures are still written), steps Llama 35, nano-vllm Qwen3 50, nano-vllm Llama 45, steps
+#   Qwen3 35, mix x4 30, decode grid 25 (it prints each case as it goes), the kernel sweep 35,
+#   digest 5 = 600 s at worst, the 10 min a lease command may run. On 2026-12-04 the run took
+#   350 s; the 133 kernel tests got through 123 in 120 s, the last 10 of the sweep cut off,
+#   hence the sweep's own part at the end. Its second run that day: 430 s, the tests but the
+#   sweep 84 s, the parts after the mix 21, 37, 23, 23 and 19 s. NANO_HF_CB=1 adds 120 s.
 # The parts most worth their time run first. Argument-rejection tests stay on the CPU (they pass
 # CPU tensors on purpose). Logs and JSON land in $OUT. Missing pure-Python packages (redis,
 # pydantic, our transformers pin) can come as wheels in .whl/ (see the device tool's README).
@@ -39,12 +45,14 @@ TOKENIZER=${TOKENIZER:-.gpu/tokenizer}
 MODEL_DIR=${MODEL_DIR:-/tmp/paternoster-llama-1b}
 QWEN3_DIR=${QWEN3_DIR:-/tmp/paternoster-qwen3-0.6b}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute: BASE's parts run in another directory
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site
 fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+SITE=${PYTHONPATH:-}  # the carried wheels, if any: BASE's parts put its tree before them
+export PYTHONPATH=$PWD${SITE:+:$SITE}
 
 section() { echo; echo "=== $1 ($(date +%T), ${SECONDS}s in)"; }
 # part LIMIT LOG LINES SCRIPT ARGS...: ops/bench/SCRIPT under its own limit (seconds), its output
@@ -70,6 +78,19 @@ else
     KV_MIX=16e9 KV_NANO_QWEN3=48e9 KV_NANO_LLAMA=24e9 KV_STEPS_QWEN3=24e9
     STEPS_ARGS=()  # batch 1, 8, 32, 64, 128, 256 at 512-token prompts: gpu_steps.py's defaults
 fi
+# steps NAME MODEL KV_BYTES: gpu_steps.py on one shape into $OUT/NAME.json; with BASE, then
+# from that checkout into NAME_base.json.
+steps() {
+    local name=$1 model=$2 kv=$3
+    part 35 "$name" 8 gpu_steps.py --device $DEVICE --model "$model" "${STEPS_ARGS[@]}" \
+        --kv-cache-bytes "$kv" --out "$OUT/$name.json"
+    [ -z "${BASE:-}" ] && return
+    echo "--- the same from BASE ($BASE)"
+    (cd "$BASE" && export PYTHONPATH=$PWD${SITE:+:$SITE} \
+        TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch-extensions}-base \
+        && part 35 "${name}_base" 8 gpu_steps.py --device $DEVICE --model "$model" \
+            "${STEPS_ARGS[@]}" --kv-cache-bytes "$kv" --out "$OUT/${name}_base.json")
+}
 # full: true unless QUICK=1 (it guards the parts a quick run leaves out).
 full() { [ -z "${QUICK:-}" ]; }
 # Ours and HF on the same requests: 256 rows a step at most, prefill chunks of 8192 tokens.
@@ -97,6 +118,10 @@ if [ $DEVICE = cpu ]; then
     export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/paternoster-smoke-extensions}
     section "C++ CPU kernels"
     python3 -c 'from kernels import cpu_ops; print("cpu_ops", cpu_ops.load() is not None)'
+    if [ -n "${BASE:-}" ]; then
+        (cd "$BASE" && PYTHONPATH=$PWD${SITE:+:$SITE} TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR-base \
+            python3 -c 'from kernels import cpu_ops; print("BASE cpu_ops", cpu_ops.load() is not None)')
+    fi
 fi
 
 if [ $DEVICE = cuda ]; then
@@ -129,16 +154,15 @@ fi
 MIX_SYSTEMS=ours,hf-cb
 full || MIX_SYSTEMS=ours
 section "engine: the 64-request mix on Llama-3.2-1B's shape, $MIX_SYSTEMS"
-part 100 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems $MIX_SYSTEMS \
-    --hf-cb-timeout-s 55 --num-requests $MIX_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX \
+part 130 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems $MIX_SYSTEMS \
+    --hf-cb-timeout-s 85 --num-requests $MIX_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX \
     --out "$OUT/engine.json"
 
 section "decode steps against their byte floor: Llama-3.2-1B's shape"
-part 45 steps_llama 8 gpu_steps.py --device $DEVICE --model "$MODEL_DIR" "${STEPS_ARGS[@]}" \
-    --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama.json"
+steps steps_llama "$MODEL_DIR" $KV_MIX
 
 full && section "nano-vllm's workload: Qwen3-0.6B's shape, ours"
-full && part 60 nano_qwen3 5 engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" --workload nano-vllm \
+full && part 50 nano_qwen3 5 engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" --workload nano-vllm \
     --num-requests $NANO_N --scale $NANO_SCALE --systems ours --kv-cache-bytes $KV_NANO_QWEN3 \
     --out "$OUT/nano_qwen3.json"
 
@@ -150,11 +174,10 @@ full && part $NANO_LIMIT nano_llama 6 engine.py --model "$MODEL_DIR" "${ENGINE_A
     --hf-cb-timeout-s 100 --kv-cache-bytes $KV_NANO_LLAMA --out "$OUT/nano_llama.json"
 
 section "decode steps against their byte floor: Qwen3-0.6B's shape"
-part 40 steps_qwen3 8 gpu_steps.py --device $DEVICE --model "$QWEN3_DIR" "${STEPS_ARGS[@]}" \
-    --kv-cache-bytes $KV_STEPS_QWEN3 --out "$OUT/steps_qwen3.json"
+steps steps_qwen3 "$QWEN3_DIR" $KV_STEPS_QWEN3
 
 full && section "engine: the mix at 256 requests, ours alone"
-full && part 35 engine256 4 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours \
+full && part 30 engine256 4 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems ours \
     --num-requests $MIX4_N --scale $MIX_SCALE --kv-cache-bytes $KV_MIX --out "$OUT/engine256.json"
 
 if [ $DEVICE = cuda ] && full; then
