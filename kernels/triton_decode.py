@@ -43,8 +43,8 @@ BLOCK_N = 64
 # A 256-token split reads 128 KiB of K/V per KV head (bf16, D 128) and writes GROUP x 512 B of
 # partials (1.6% for GROUP 4). On an H200 (2026-12-04, `kernels.py --splits`, graph replays,
 # 32/8 heads of 128, a grid sized for 131072 tokens), 64-token splits beat 256 at batch 1 and 8
-# (11.4 against 17.0 us at batch 1, 528 tokens) and lost up to 9% at batch 32; 256 is the floor that
-# the engine's steps were measured with (docs/bench/h200/2026-12-04c).
+# (11.4 against 17.0 us at batch 1, 528 tokens) and lost up to 9% at batch 32; 256 is the floor
+# that the engine's steps were measured with (docs/bench/h200/2026-12-04c).
 MIN_SPLIT_TOKENS = 256
 MAX_SPLITS = 64
 # Programs per SM to aim for: a decode program keeps only a few tiles in flight, so an SM needs
