@@ -78,6 +78,11 @@ else
     KV_MIX=16e9 KV_NANO_QWEN3=48e9 KV_NANO_LLAMA=24e9 KV_STEPS_QWEN3=24e9
     STEPS_ARGS=()  # batch 1, 8, 32, 64, 128, 256 at 512-token prompts: gpu_steps.py's defaults
 fi
+# in_base CMD...: CMD in BASE's tree, its code first on the path, its C++ kernels built apart.
+in_base() {
+    (cd "$BASE" && export PYTHONPATH=$PWD${SITE:+:$SITE} \
+        TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch-extensions}-base && "$@")
+}
 # steps NAME MODEL KV_BYTES: gpu_steps.py on one shape into $OUT/NAME.json; with BASE, then
 # from that checkout into NAME_base.json.
 steps() {
@@ -86,10 +91,8 @@ steps() {
         --kv-cache-bytes "$kv" --out "$OUT/$name.json"
     [ -z "${BASE:-}" ] && return
     echo "--- the same from BASE ($BASE)"
-    (cd "$BASE" && export PYTHONPATH=$PWD${SITE:+:$SITE} \
-        TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/torch-extensions}-base \
-        && part 35 "${name}_base" 8 gpu_steps.py --device $DEVICE --model "$model" \
-            "${STEPS_ARGS[@]}" --kv-cache-bytes "$kv" --out "$OUT/${name}_base.json")
+    in_base part 35 "${name}_base" 8 gpu_steps.py --device $DEVICE --model "$model" \
+        "${STEPS_ARGS[@]}" --kv-cache-bytes "$kv" --out "$OUT/${name}_base.json"
 }
 # full: true unless QUICK=1 (it guards the parts a quick run leaves out).
 full() { [ -z "${QUICK:-}" ]; }
@@ -118,10 +121,8 @@ if [ $DEVICE = cpu ]; then
     export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/paternoster-smoke-extensions}
     section "C++ CPU kernels"
     python3 -c 'from kernels import cpu_ops; print("cpu_ops", cpu_ops.load() is not None)'
-    if [ -n "${BASE:-}" ]; then
-        (cd "$BASE" && PYTHONPATH=$PWD${SITE:+:$SITE} TORCH_EXTENSIONS_DIR=$TORCH_EXTENSIONS_DIR-base \
-            python3 -c 'from kernels import cpu_ops; print("BASE cpu_ops", cpu_ops.load() is not None)')
-    fi
+    [ -n "${BASE:-}" ] && in_base python3 -c \
+        'from kernels import cpu_ops; print("BASE cpu_ops", cpu_ops.load() is not None)'
 fi
 
 if [ $DEVICE = cuda ]; then

@@ -41,11 +41,11 @@ as it is called, so it only reorders the loop. Compare loops in separate process
 far less with other processes' load. Forward and sampling then also count the OpenMP threads'
 spinning on the caller; the thread loop, which waits on another thread, is refused.
 
-What the wrappers cost: each reads the clock twice, and `time.thread_time` is a system call
-(1.04 us a call on a 2-core AMD EPYC; `perf_counter` 0.06). The per-request wrappers (`emit`,
-the detokenizer: two a row) then add ~1 ms of thread time at batch 256 to the phases and the
-host total they time. ``--coarse`` leaves them out: ``host_ms`` is then the step's true host
-cost, and emit and detokenizing are counted in ``other``.
+What the wrappers cost: each reads the clock twice, and the per-request ones
+(`step_timer.PER_ROW_PARTS`, two a row; their cost is measured there) add ~1 ms of thread time
+at batch 256 to the phases and the host total they time. ``--coarse`` leaves them out:
+``host_ms`` is then the step's true host cost, and emit and detokenizing are counted in
+``other``.
 """
 
 from __future__ import annotations
