@@ -54,7 +54,8 @@ at::Tensor DecodeStack::Linear::operator()(const at::Tensor& x) const {
         case kFloat32:  // `PackedLinear.forward`: few rows on the plain weight, if it kept one
             if (weight.defined() && x.size(0) <= skinny_rows) return skinny_linear(x, weight, bias);
             return onednn_linear(x, packed, bias);
-        case kGguf:
+        case kGguf:  // `QuantLinear.forward`: x rounded to 8 bits up to skinny_rows
+            if (x.size(0) <= skinny_rows) return gguf_linear_q8(x, weight, format, bias);
             return gguf_linear(x, weight, format, bias);
         default:
             return int8_linear(x, weight, scale, bias);

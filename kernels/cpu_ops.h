@@ -37,6 +37,11 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
                        const c10::optional<at::Tensor>& bias);
 at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format);
 std::string quant_isa();  // "avx512" or "avx2": the vector paths this build compiled
+
+// cpu_gguf_q8.cpp: gguf_linear with x rounded to 8 bits a block (integer dot products).
+at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
+                          const c10::optional<at::Tensor>& bias);
+bool q8_gemm_built();  // whether it has its many-row kernel (AVX-512 VNNI), cpu_gguf_q8_gemm.cpp
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
                        const c10::optional<at::Tensor>& bias);
 
@@ -46,7 +51,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
 class DecodeStack {
    public:
     static constexpr int64_t kFloat32 = 0;  // skinny_linear up to skinny_rows, else oneDNN
-    static constexpr int64_t kGguf = 1;     // gguf_linear on GGUF blocks of type `format`
+    static constexpr int64_t kGguf = 1;     // gguf_linear(_q8 up to skinny_rows) on GGUF blocks
     static constexpr int64_t kInt8 = 2;     // int8_linear on an int8 weight and its scale
 
     DecodeStack(int64_t num_q_heads, int64_t num_kv_heads, int64_t head_size, double eps,
@@ -70,7 +75,8 @@ class DecodeStack {
         int64_t format;    // kGguf only
         c10::optional<at::Tensor> bias;
         at::Tensor packed;    // kFloat32: oneDNN's packed weight
-        int64_t skinny_rows;  // kFloat32: rows up to which the plain weight (if any) is used
+        int64_t skinny_rows;  // kFloat32: rows up to which the plain weight (if any) is used;
+                              // kGguf: rows up to which x is rounded to 8 bits
         at::Tensor operator()(const at::Tensor& x) const;
     };
     int64_t num_q_heads_, num_kv_heads_, head_size_;

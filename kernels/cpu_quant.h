@@ -2,14 +2,63 @@
 // per-channel int8): a 16-float vector, byte widening, and the dot-product tile over rows of x.
 #pragma once
 
+#include <ATen/ops/empty.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "cpu_ops.h"
 
 namespace paternoster {
 namespace quant {
+
+// GGUF blocks (layouts: kernels/quant_reference.py): 32 weights each, of GGML type `Format`.
+constexpr int64_t kBlock = 32;
+
+enum Format : int64_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };
+
+constexpr int64_t block_bytes(int64_t format) {
+    return format == kQ8_0 ? 34 : format == kQ4_1 ? 20 : 18;
+}
+
+inline float half(const uint8_t* p) {
+    uint16_t bits;
+    std::memcpy(&bits, p, 2);
+    return _cvtsh_ss(bits);  // F16C, on every AVX2 CPU
+}
+
+// Blocks (n, row_bytes) uint8 of a format we run; how many blocks a row holds.
+inline int64_t checked_blocks(const at::Tensor& blocks, int64_t format) {
+    check(blocks, "blocks", at::kByte, 2);
+    TORCH_CHECK(blocks.is_contiguous(), "blocks must be contiguous");
+    TORCH_CHECK(format == kQ4_0 || format == kQ4_1 || format == kQ8_0, "GGML type ", format,
+                " has no kernel here (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8)");
+    TORCH_CHECK(blocks.size(1) % block_bytes(format) == 0, "blocks rows must be whole ",
+                block_bytes(format), "-byte blocks");
+    return blocks.size(1) / block_bytes(format);
+}
+
+// A block of x as 8-bit codes a = round(x / dx), dx = max|x| / 127, rounded to nearest even (the
+// default rounding mode), as kernels/quant_reference.py `quantize_activations`; sum(a).
+inline int32_t quantize_block(const float* xb, int8_t* a, float& dx) {
+    float amax = 0.0f;
+    for (int64_t e = 0; e < kBlock; ++e) amax = std::max(amax, std::fabs(xb[e]));
+    dx = amax / 127.0f;
+    const float inverse = dx > 0.0f ? 1.0f / dx : 0.0f;
+    int32_t sum = 0;
+    for (int64_t e = 0; e < kBlock; ++e) {
+        const float v = std::nearbyint(xb[e] * inverse);
+        a[e] = int8_t(std::min(std::max(v, -127.0f), 127.0f));
+        sum += a[e];
+    }
+    return sum;
+}
+
+// cpu_gguf_q8_gemm.cpp: out (rows, n) = x @ W.T with x rounded as quantize_block, for many rows;
+// false (nothing done) where the build has no AVX-512 VNNI.
+bool gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
+                  int64_t nb, int64_t format, float* out);
 
 // 16 floats: one register on AVX-512, two on AVX2 (gcc splits the vector_size arithmetic).
 typedef float f16v __attribute__((vector_size(64)));
@@ -141,6 +190,21 @@ inline void add_bias(float* out, int64_t rows, int64_t n, const float* b) {
     if (b == nullptr) return;
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = 0; o < n; ++o) out[r * n + o] += b[o];
+}
+
+// One GGUF linear call: checks, the (rows, n) output, then
+// run(format, x, ldx, rows, blocks, n, nb, out) fills it, and the bias is added.
+template <typename Run>
+at::Tensor gguf_call(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
+                     const c10::optional<at::Tensor>& bias, Run run) {
+    const int64_t nb = checked_blocks(blocks, format), n = blocks.size(0);
+    const float* b = check_x_bias(x, nb * kBlock, n, bias);
+    const int64_t rows = x.size(0);
+    at::Tensor out = at::empty({rows, n}, x.options().memory_format(at::MemoryFormat::Contiguous));
+    float* op = out.data_ptr<float>();
+    run(format, x.data_ptr<float>(), x.stride(0), rows, blocks.data_ptr<uint8_t>(), n, nb, op);
+    add_bias(op, rows, n, b);
+    return out;
 }
 
 }  // namespace quant

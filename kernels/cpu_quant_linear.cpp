@@ -24,20 +24,6 @@ namespace {
 
 using namespace quant;
 
-constexpr int64_t kBlock = 32;
-
-enum Format : int64_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };
-
-constexpr int64_t block_bytes(int64_t format) {
-    return format == kQ8_0 ? 34 : format == kQ4_1 ? 20 : 18;
-}
-
-inline float half(const uint8_t* p) {
-    uint16_t bits;
-    std::memcpy(&bits, p, 2);
-    return _cvtsh_ss(bits);  // F16C, on every AVX2 CPU
-}
-
 // The block's 32 weights as (elements 0-15, elements 16-31).
 template <int64_t F>
 inline void dequant(const uint8_t* b, f16v& lo, f16v& hi) {
@@ -144,34 +130,19 @@ void gguf_all(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64
     });
 }
 
-int64_t checked_blocks(const at::Tensor& blocks, int64_t format) {
-    check(blocks, "blocks", at::kByte, 2);
-    TORCH_CHECK(blocks.is_contiguous(), "blocks must be contiguous");
-    TORCH_CHECK(format == kQ4_0 || format == kQ4_1 || format == kQ8_0, "GGML type ", format,
-                " has no kernel here (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8)");
-    TORCH_CHECK(blocks.size(1) % block_bytes(format) == 0, "blocks rows must be whole ",
-                block_bytes(format), "-byte blocks");
-    return blocks.size(1) / block_bytes(format);
-}
-
 }  // namespace
 
 at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
                        const c10::optional<at::Tensor>& bias) {
-    const int64_t nb = checked_blocks(blocks, format), n = blocks.size(0);
-    const float* b = check_x_bias(x, nb * kBlock, n, bias);
-    const int64_t rows = x.size(0), ldx = x.stride(0);
-    at::Tensor out = at::empty({rows, n}, x.options().memory_format(at::MemoryFormat::Contiguous));
-    const float* xp = x.data_ptr<float>();
-    const uint8_t* wp = blocks.data_ptr<uint8_t>();
-    float* op = out.data_ptr<float>();
-    switch (format) {
-        case kQ8_0: gguf_all<kQ8_0>(xp, ldx, rows, wp, n, nb, op); break;
-        case kQ4_1: gguf_all<kQ4_1>(xp, ldx, rows, wp, n, nb, op); break;
-        default: gguf_all<kQ4_0>(xp, ldx, rows, wp, n, nb, op); break;
-    }
-    add_bias(op, rows, n, b);
-    return out;
+    return gguf_call(x, blocks, format, bias,
+                     [](int64_t f, const float* xp, int64_t ldx, int64_t rows, const uint8_t* wp,
+                        int64_t n, int64_t nb, float* op) {
+                         switch (f) {
+                             case kQ8_0: gguf_all<kQ8_0>(xp, ldx, rows, wp, n, nb, op); break;
+                             case kQ4_1: gguf_all<kQ4_1>(xp, ldx, rows, wp, n, nb, op); break;
+                             default: gguf_all<kQ4_0>(xp, ldx, rows, wp, n, nb, op); break;
+                         }
+                     });
 }
 
 std::string quant_isa() {

@@ -12,6 +12,11 @@ In the 4-bit formats byte ``j`` of a block holds element ``j`` in its low nibble
 
 ``int8``: per-output-channel symmetric int8 made from float weights at load, ``w = s[o] * q``,
 ``s[o] = max|W[o]| / 127``; any ``k``.
+
+8-bit activations (``--quant-activations int8``, kernels/cpu_gguf_q8.cpp): each 32-value block
+of a row of ``x`` becomes ``a = round(x / dx)``, ``dx = max|x| / 127``, as llama.cpp's Q8_1
+does; a block's product is then ``d * dx * sum(q * a) + c * dx * sum(a)`` with the weight's
+codes ``q`` and offset ``c`` (`weight_codes`): integer dot products, not float ones.
 """
 
 from __future__ import annotations
@@ -73,6 +78,45 @@ def dequantize(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
     else:
         w = d * (q - 8.0)
     return w.reshape(n, k)
+
+
+def weight_codes(
+    blocks: torch.Tensor, type_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GGUF blocks as ``w = d * q + c`` per block: codes ``q`` ``(n, nb, 32)``, scales ``d`` and
+    offsets ``c`` ``(n, nb)``, all float32 (the codes are small integers)."""
+    fmt = block_format(type_id)
+    n = blocks.shape[0]
+    b = blocks.reshape(n, in_features(blocks, type_id) // BLOCK, fmt.block_bytes)
+    d = _fp16(b[..., 0:2])[..., 0]
+    if fmt is Q8_0:
+        return b[..., 2:].contiguous().view(torch.int8).float(), d, torch.zeros_like(d)
+    packed = b[..., 4:] if fmt is Q4_1 else b[..., 2:]
+    q = torch.cat((packed & 0x0F, packed >> 4), dim=-1).float()
+    return q, d, _fp16(b[..., 2:4])[..., 0] if fmt is Q4_1 else -8.0 * d
+
+
+def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``x`` ``(rows, k)`` as 8-bit codes per 32-value block: ``(a (rows, nb, 32), dx
+    (rows, nb))``, float32; ``x ~ dx * a``. Rounding to nearest even, as the kernel's."""
+    rows, k = x.shape
+    xb = x.float().reshape(rows, k // BLOCK, BLOCK)
+    dx = xb.abs().amax(dim=-1) / 127.0
+    inverse = torch.where(dx > 0, 1.0 / dx, torch.zeros_like(dx))
+    return torch.round(xb * inverse[..., None]).clamp_(-127, 127), dx
+
+
+def quant_linear_q8(
+    x: torch.Tensor, blocks: torch.Tensor, type_id: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x @ W.T + bias`` with ``x`` rounded to 8 bits a block (`quantize_activations`) and the
+    products summed exactly (float64), in float32."""
+    q, d, c = (t.double() for t in weight_codes(blocks, type_id))
+    a, dx = (t.double() for t in quantize_activations(x))
+    dots = torch.einsum("rbk,obk->rob", a, q)  # integers, exact in float64
+    out = torch.einsum("rob,ob,rb->ro", dots, d, dx) + torch.einsum("ob,rb->ro", c, dx * a.sum(-1))
+    out = out.float()
+    return out if bias is None else out + bias
 
 
 def quant_linear(

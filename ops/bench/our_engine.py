@@ -22,10 +22,17 @@ from worker.engine.sampling_params import SamplingParams
 
 # ours-bf16: our engine with bf16 weights and KV (AVX512-BF16 CPUs run bf16 GEMMs at ~2x fp32).
 # "ours" and the HF peers take --dtype: fp32 on the CPU, bf16 on CUDA unless told otherwise.
-OUR_DTYPES: dict[str, str | None] = {"ours": None, "ours-fp32": None, "ours-bf16": "bfloat16"}
+OUR_DTYPES: dict[str, str | None] = {
+    "ours": None,
+    "ours-fp32": None,
+    "ours-a8": None,
+    "ours-bf16": "bfloat16",
+}
 # ours-fp32: the GGUF's blocks dequantized to fp32 at load (exact HF parity), against "ours",
 # which takes the engine's default (`auto`: the file's own blocks for a quantized GGUF on the CPU).
 OUR_QUANTIZATION: dict[str, Any] = {"ours-fp32": "none"}  # one of EngineConfig.quantization's
+# ours-a8: the default's blocks with x rounded to 8 bits (`--quant-activations int8`).
+OUR_ACTIVATIONS: dict[str, Any] = {"ours-a8": "int8"}  # one of EngineConfig.quant_activations'
 
 
 def add_engine_arguments(
@@ -107,14 +114,19 @@ class StepCounter:
 def run_ours(
     args: argparse.Namespace, workload: Sequence[BenchRequest], warm: list[int], name: str = "ours"
 ) -> SystemResult:
-    """``ours``, ``ours-fp32`` or ``ours-bf16`` (``OUR_DTYPES``) on engine.py's flags."""
-    config = engine_config(args, str(args.model_dir), args.device)
+    """``ours``, ``ours-fp32``, ``ours-a8`` or ``ours-bf16`` (``OUR_DTYPES``) on engine.py's
+    flags."""
+    # The model as the user named it (None: the bundled GGUF), not args.model_dir, its converted
+    # HF directory: from that the engine cannot keep the file's blocks, so until 2026-12-04 "ours"
+    # here ran fp32 weights, as ours-fp32 does.
+    config = engine_config(args, args.model, args.device)
     dtype: Any = OUR_DTYPES[name] or args.dtype  # one of EngineConfig.dtype's (--dtype's choices)
     engine = LLMEngine(
         replace(
             config,
             dtype=dtype,
             quantization=OUR_QUANTIZATION.get(name, config.quantization),
+            quant_activations=OUR_ACTIVATIONS.get(name, config.quant_activations),
             linear_backend=args.linear_backend,
             enforce_eager=args.enforce_eager,
         )

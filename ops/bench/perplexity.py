@@ -9,7 +9,9 @@ the C++ attention), and every token after a window's first is scored given the o
 
 Formats: ``fp32`` (``--quantization none``: the file's blocks dequantized at load, so the
 same weight values as ``q4_1``), ``q4_1`` (``gguf``: the file's own blocks), ``q8_0`` (the
-fp32 weights quantized again to Q8_0 blocks by the gguf package) and ``int8`` (``int8``).
+fp32 weights quantized again to Q8_0 blocks by the gguf package), ``q4_1_a8`` (``gguf`` with
+``--quant-activations int8``, here at every row count: every x rounded to 8 bits a block, as
+llama.cpp does; the engine rounds only steps of 1-2 rows) and ``int8`` (``int8``).
 The bundled file is the only copy of the model here: there is no original bf16 checkpoint, so
 fp32 is the Q4_1 model's own values and every other format is measured against it.
 """
@@ -35,7 +37,7 @@ from worker.models.base import CausalLM, StepContext
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
 BLOCK = 16
-FORMATS = ("fp32", "q4_1", "q8_0", "int8")
+FORMATS = ("fp32", "q4_1", "q4_1_a8", "q8_0", "int8")
 
 
 def fixed_text() -> str:
@@ -46,10 +48,17 @@ def fixed_text() -> str:
 
 def model_of(fmt: str, model_dir: Path) -> CausalLM:
     cpu = torch.device("cpu")
-    mode = {"fp32": "none", "q4_1": "gguf", "int8": "int8", "q8_0": "none"}[fmt]
-    model = load_model(model_dir, torch.float32, cpu, mode, None)
+    mode = {"fp32": "none", "q4_1": "gguf", "q4_1_a8": "gguf", "int8": "int8", "q8_0": "none"}
+    activations = "int8" if fmt == "q4_1_a8" else "float32"
+    model = load_model(model_dir, torch.float32, cpu, mode[fmt], None, activations)
     if fmt == "q8_0":
         requantize_q8_0(model)
+    if fmt == "q4_1_a8":
+        from worker.models.quant import QuantWeight
+
+        for weight in model.modules():
+            if isinstance(weight, QuantWeight):
+                weight.a8_max_rows = 1 << 30  # every row, prefill windows too
     return model
 
 

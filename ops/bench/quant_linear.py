@@ -9,8 +9,9 @@ gate, up, down), run in layer order so they stream from DRAM each round as in a 
 (the same through `skinny_linear`), ``q4_1`` (`gguf_linear` on the file's blocks), ``q4_1_deq``
 (`gguf_dequantize` of each weight, then `F.linear`), ``q4_1_deq_onednn`` (the same, reordered
 for oneDNN each call: the many-row path), ``q8_0`` and ``int8``
-(the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`); with ``--avx2``
-also ``q4_1_avx2``, ``q8_0_avx2`` and ``int8_avx2``, the same kernels built with
+(the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`), ``q4_1_a8`` and
+``q8_0_a8`` (`gguf_linear_q8`: x rounded to 8 bits, integer dot products); with ``--avx2``
+also each quantized system again as ``*_avx2``, the same kernels built with
 ``-march=haswell`` (their AVX2 paths, `cpu_ops.load("haswell")`) on this machine. Time is CPU
 time of the calling thread (``time.thread_time``, one torch thread), the median of ``--repeats``
 rounds, so other processes on a shared machine do not enter it.
@@ -79,12 +80,17 @@ def quantized_systems(module: Any, w: Weights, suffix: str = "") -> dict[str, li
     def gguf_fn(b: torch.Tensor, t: int) -> Layer:
         return lambda x: module.gguf_linear(x, b, t)
 
+    def q8_fn(b: torch.Tensor, t: int) -> Layer:
+        return lambda x: module.gguf_linear_q8(x, b, t)
+
     def int8_fn(q: torch.Tensor, s: torch.Tensor) -> Layer:
         return lambda x: module.int8_linear(x, q, s)
 
     return {
         "q4_1" + suffix: [(f.shape[1], gguf_fn(b, 3)) for f, b in zip(w.fp32, w.q41, strict=True)],
+        "q4_1_a8" + suffix: [(f.shape[1], q8_fn(b, 3)) for f, b in zip(w.fp32, w.q41, strict=True)],
         "q8_0" + suffix: [(f.shape[1], gguf_fn(b, 8)) for f, b in zip(w.fp32, w.q80, strict=True)],
+        "q8_0_a8" + suffix: [(f.shape[1], q8_fn(b, 8)) for f, b in zip(w.fp32, w.q80, strict=True)],
         "int8" + suffix: [(q.shape[1], int8_fn(q, s)) for q, s in w.int8],
     }
 

@@ -3,13 +3,15 @@
     python ops/bench/single_stream.py [--tokens 128] [--dtype float32|bfloat16] [--repeats 3]
     python ops/bench/single_stream.py --quantization none gguf int8 --prompt-tokens 32 --no-hf
     python ops/bench/single_stream.py --quantization gguf --no-hf --threads 1 --profile 25
+    python ops/bench/single_stream.py --quantization gguf gguf+a8 --no-hf --threads 1
 
 Both load the same weights (the bundled SmolLM2-135M unless ``--model``) in the same dtype and
 thread count, generate greedily with EOS disabled, and report output tokens/s (median of
 ``--repeats``) and whether the token ids agree. ``--quantization`` runs ours once per mode
-(EngineConfig.quantization), one after another in this process, so their ratio is measured
-side by side; each also reports CPU milliseconds per token (``time.process_time``: all of this
-process's threads), which other processes on a shared machine do not inflate.
+(EngineConfig.quantization; ``+a8`` adds ``--quant-activations int8``), one after another in
+this process, so their ratio is measured side by side; each also reports CPU milliseconds per
+token (``time.process_time``: all of this process's threads), which other processes on a shared
+machine do not inflate.
 """
 
 from __future__ import annotations
@@ -57,11 +59,13 @@ def time_ours(args: argparse.Namespace, quantization: str) -> dict[str, Any]:
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.sampling_params import SamplingParams
 
+    mode, _, a8 = quantization.partition("+")
     config = EngineConfig(
         model=args.model,
         device="cpu",
         dtype=args.dtype,
-        quantization=quantization,  # type: ignore[arg-type]
+        quantization=mode,  # type: ignore[arg-type]
+        quant_activations="int8" if a8 == "a8" else "float32",
     )
     engine = LLMEngine(config)
     prompt = prompt_of(args, engine.tokenizer)
@@ -130,7 +134,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--prompt-tokens", type=int, default=0, help="default: the short PROMPT")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--quantization", nargs="+", default=["auto"], help="ours, once per mode")
+    p.add_argument(
+        "--quantization",
+        nargs="+",
+        default=["auto"],
+        help="ours, once per mode (gguf+a8: with 8-bit activations)",
+    )
     p.add_argument("--no-hf", action="store_true", help="leave Hugging Face generate out")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)

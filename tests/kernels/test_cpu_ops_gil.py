@@ -73,3 +73,14 @@ def test_a_quantized_kernel_lets_other_threads_run() -> None:
     x = torch.randn(8, 2048)
     inside, calls = samples_inside(lambda: ops.int8_linear(x, weight, scale))
     assert inside > 10, f"{inside} samples during {calls} kernel calls"
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("rows", [1, 16])  # the one-row-per-vector kernel, and the GEMM
+def test_the_8_bit_activation_kernel_lets_other_threads_run(rows: int) -> None:
+    ops = cpu_ops.load()
+    assert ops is not None, cpu_ops.unavailable_reason()
+    blocks = torch.zeros(49152, 64 * 20, dtype=torch.uint8)  # Q4_1, k = 2048: 60 MiB a call
+    x = torch.randn(rows, 2048)
+    inside, calls = samples_inside(lambda: ops.gguf_linear_q8(x, blocks, 3))
+    assert inside > 10, f"{inside} samples during {calls} kernel calls"

@@ -19,9 +19,9 @@ from worker.engine.model_runner import ModelRunner
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.models.cpu_linear import SKINNY_MAX_ROWS
-from worker.models.decode_stack import ANY_ROWS, DecodeStack
+from worker.models.decode_stack import DecodeStack
 from worker.models.loader import load_model
-from worker.models.quant import QuantWeight
+from worker.models.quant import A8_MAX_ROWS, ANY_ROWS, QuantWeight
 
 CPU = torch.device("cpu")
 VOCAB = 97  # save_tiny's
@@ -42,12 +42,16 @@ class Counted:
 
 
 def runner_of(
-    model_dir: Path, quantization: str = "none", stack: bool = True, arch: str | None = None
+    model_dir: Path,
+    quantization: str = "none",
+    stack: bool = True,
+    arch: str | None = None,
+    activations: str = "float32",
 ) -> ModelRunner:
     """A runner on our C++ kernels, with the stack counted or taken away; ``arch``: the
     kernels of that ``-march`` build instead of this machine's (fp32 only: a quantized model's
-    weights hold this machine's build)."""
-    model: Any = load_model(model_dir, torch.float32, CPU, quantization)
+    weights hold this machine's build); ``activations``: `EngineConfig.quant_activations`."""
+    model: Any = load_model(model_dir, torch.float32, CPU, quantization, None, activations)
     config = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=64), attention_backend="cpu")
     runner = ModelRunner(config, model, CPU)
     if arch is not None:
@@ -138,6 +142,33 @@ def test_the_bundled_models_q4_1_blocks_equal_the_python_layers(smol_model_dir: 
     for a, b in zip(steps(fused, 2, 3, vocab), steps(plain, 2, 3, vocab), strict=True):
         assert torch.equal(a, b)
     assert fused.model.decode_stack.calls == 3  # type: ignore[union-attr]
+
+
+def test_int8_activations_round_in_the_stack_as_in_the_python_layers(
+    smol_model_dir: Path,
+) -> None:
+    """``--quant-activations int8``: decode steps round x to 8 bits in the stack as `QuantLinear`
+    does, bit for bit (up to `A8_MAX_ROWS` rows, or any with the VNNI GEMM)."""
+    fused = runner_of(smol_model_dir, "gguf", activations="int8")
+    plain = runner_of(smol_model_dir, "gguf", False, activations="int8")
+    exact = runner_of(smol_model_dir, "gguf", False)
+    qkv: Any = fused.model.layers[0].self_attn.qkv_proj  # type: ignore[union-attr]
+    gemm = qkv.qweight.ops.q8_gemm_built()
+    assert qkv.qweight.a8_max_rows == (ANY_ROWS if gemm else A8_MAX_ROWS) >= 2
+    vocab = fused.model.config.vocab_size
+    ours, theirs = steps(fused, 2, 3, vocab), steps(plain, 2, 3, vocab)
+    for a, b in zip(ours, theirs, strict=True):
+        assert torch.equal(a, b)
+    assert fused.model.decode_stack.calls == 3  # type: ignore[union-attr]
+    # Rounded, so not the exact path's logits (the prefill's neither: its LM head runs on the 2
+    # last tokens, and with the GEMM its 9 rows everywhere), but near them: on these random
+    # prompts 1.4-3.0 apart where the logits reach 29-34, the same top tokens.
+    floats = steps(exact, 2, 3, vocab)
+    for a, b in zip(ours, floats, strict=True):
+        assert not torch.equal(a, b)
+        assert float((a - b).abs().max()) < 0.15 * float(b.abs().max())
+    for a, b in zip(ours[:2], floats[:2], strict=True):  # fed the same tokens so far
+        assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
 def test_float32_steps_past_the_skinny_rows_run_onednn_in_the_stack(tmp_path: Path) -> None:

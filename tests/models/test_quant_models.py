@@ -127,6 +127,52 @@ def test_auto_and_bad_modes(tiny_model_dir: Path) -> None:
     assert EngineConfig().quantization == "auto"
 
 
+@pytest.mark.parametrize("arch", [None, pytest.param("haswell", marks=pytest.mark.slow)])
+def test_int8_activations_take_gguf_blocks_only(tiny_model_dir: Path, arch: str | None) -> None:
+    """``--quant-activations int8``: `QuantLinear` rounds x to 8 bits (`gguf_linear_q8`) at any
+    row count where the build has the VNNI GEMM, else up to `A8_MAX_ROWS` rows and exactly
+    past them; weights that are not GGUF blocks are refused with an error that says so."""
+    import gguf
+
+    from kernels import cpu_ops
+    from kernels import quant_reference as qr
+
+    ops = cpu_ops.load(arch)
+    assert ops is not None
+    flags = Path("/proc/cpuinfo").read_text().split()
+    vnni = arch is None and {"avx512f", "avx512bw", "avx512_vnni"} <= set(flags)
+    assert ops.q8_gemm_built() == vnni  # -march=native builds it exactly where it runs
+    w = torch.randn(70, 96)
+    blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
+    weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
+    linear, bias = quant.QuantLinear(weight, torch.randn(70)), torch.randn(70)
+    linear.bias = nn.Parameter(bias, False)
+    quant.attach(weight, ops, "int8")
+    limit = quant.ANY_ROWS if vnni else quant.A8_MAX_ROWS
+    assert weight.a8_max_rows == limit
+    for rows in (1, 2, 3, 40, 130):  # both sides of A8_MAX_ROWS and of the exact GEMM's rows
+        x = torch.randn(rows, 96)
+        rounded = qr.quant_linear_q8(x, blocks, qr.Q4_1.type_id, bias)
+        exact = qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias)
+        for got in (linear(x), weight.linear(x, bias)):  # the fast path and the general one
+            torch.testing.assert_close(got, rounded if rows <= limit else exact)
+    int8 = quant.QuantWeight(*qr.quantize_int8(w)[:1], None, torch.ones(70))
+    quant.attach(int8, ops, "int8")
+    assert int8.a8_max_rows == 0  # int8 weights keep x exact
+    with pytest.raises(ValueError, match="unknown activations 'int4'"):
+        quant.attach(weight, ops, "int4")
+    model = load_model(tiny_model_dir, torch.float32, CPU)
+    with pytest.raises(ValueError, match=r"--quant-activations int8 needs GGUF blocks.*int8"):
+        quantize_model(model, "int8", None, CPU, "int8")
+    with pytest.raises(ValueError, match=r"needs GGUF blocks.*--quantization none"):
+        load_model(tiny_model_dir, torch.float32, CPU, "auto", None, "int8")
+    parser = argparse.ArgumentParser()
+    EngineConfig.add_arguments(parser)
+    args = parser.parse_args(["--quant-activations", "int8"])
+    assert EngineConfig.from_args(args).quant_activations == "int8"
+    assert EngineConfig().quant_activations == "float32"
+
+
 @pytest.mark.slow
 def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
     from worker.engine.llm_engine import LLMEngine

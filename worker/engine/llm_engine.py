@@ -59,7 +59,14 @@ class LLMEngine:
         self.tokenizer: Any = load_tokenizer(self.model_dir)
         decoder_for(self.tokenizer, True)  # its byte table (0.1 s) now, not in the first step
         dtype = pick_dtype(config.dtype, self.device)
-        model = load_model(self.model_dir, dtype, self.device, config.quantization, config.model)
+        model = load_model(
+            self.model_dir,
+            dtype,
+            self.device,
+            config.quantization,
+            config.model,
+            config.quant_activations,
+        )
         self.model_config = model.config
         self.runner = ModelRunner(config, model, self.device)
         # The layer kernels come with the attention backend's build (C++ or Triton).

@@ -29,7 +29,7 @@ from torch import nn
 
 from worker.models.base import StepContext
 from worker.models.cpu_linear import SKINNY_MAX_ROWS, PackedLinear
-from worker.models.quant import QuantLinear
+from worker.models.quant import ANY_ROWS, QuantLinear
 
 if TYPE_CHECKING:
     from worker.attention import AttentionBackend
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 # `DecodeStack`'s linear kinds (kernels/cpu_ops.h).
 FLOAT32, GGUF, INT8 = 0, 1, 2
-ANY_ROWS = 1 << 30  # a packed float32 linear calls the same kernel as its Python path at any size
 
 
 class DecodeStack:
@@ -136,6 +135,9 @@ def _add_linear(stack: Any, linear: nn.Module, ops: ModuleType) -> int:
         if w.type_id is None:
             stack.add_linear(INT8, w.data, scale=w.scale, bias=linear.bias)
         else:
-            stack.add_linear(GGUF, w.data, format=w.type_id, bias=linear.bias)
-        return w.gemm_min_rows - 1
+            # skinny_rows: rows up to which it rounds x to 8 bits (`gguf_linear_q8`)
+            stack.add_linear(
+                GGUF, w.data, format=w.type_id, bias=linear.bias, skinny_rows=w.a8_max_rows
+            )
+        return max(w.gemm_min_rows - 1, w.a8_max_rows)
     return 0

@@ -148,10 +148,12 @@ def load_model(
     device: torch.device,
     quantization: str = "none",
     source: str | os.PathLike[str] | None = None,
+    quant_activations: str = "float32",
 ) -> CausalLM:
     """Build the checkpoint's registered decoder on ``device``, fill it from the directory's
     safetensors files, and quantize its projections (worker/models/quant_loader.py; ``source``
-    is the model as the user named it, whose GGUF blocks ``gguf`` keeps)."""
+    is the model as the user named it, whose GGUF blocks ``gguf`` keeps;
+    ``quant_activations``: `EngineConfig.quant_activations`)."""
     config = ModelConfig.from_dir(model_dir)
     with _default_dtype(dtype), torch.device("meta"):
         model = model_class(config.model_type)(config)
@@ -163,13 +165,13 @@ def load_model(
     _load_weights(model, model_dir, fp8)
     if fp8 is not None:
         fp8.apply(model, device, quantization)
-    if quantization != "none":
+    if quantization != "none" or quant_activations != "float32":
         from worker.models.quant_loader import quantize_model
 
         gguf = gguf_source(source)
         if gguf is not None and resolve_model_dir(source) != model_dir:
             gguf = None  # ``source`` is not the model in ``model_dir``: no blocks to keep
-        quantize_model(model, quantization, gguf, device)
+        quantize_model(model, quantization, gguf, device, quant_activations)
     return model.eval()
 
 

@@ -33,6 +33,20 @@ from kernels import quant_reference as qr
 #   of it at 8-16 rows), so the AVX2 thresholds are estimates until an AVX2 machine measures
 #   them; 64 had left AVX2 at 606 against 106 ms at 64 rows.
 GEMM_MIN_ROWS = {"avx512": (128, 64), "avx2": (8, 4)}
+# Rows up to which `--quant-activations int8` rounds x to 8 bits for GGUF blocks
+# (`gguf_linear_q8`): every row count where the build has its VNNI GEMM (`q8_gemm_built`), else
+# A8_MAX_ROWS. `python ops/bench/quant_linear.py --rows 1 2 4 8 16 32 64 128 --repeats 3 --avx2`
+# (1 thread, CPU ms, the file's 210 Q4_1 projections, a 2-core Xeon with AVX-512 VNNI,
+# 2026-12-04; ops/bench/results/quant-a8-1204/), exact gguf_linear / gguf_linear_q8:
+# - VNNI: 11.1 / 7.7 at 1 row, 19.2 / 18.9 at 8, 35.6 / 25.5 at 16, 142.4 / 74.6 at 64 (fp32
+#   oneDNN 130.0), 293.2 / 142.4 at 128 (228.3): from 3 rows the GEMM, whose lanes are weight
+#   rows; the one-row-per-vector kernel lost from 4 rows (14.0 / 14.0, 8 rows 18.7 / 24.7).
+# - AVX2 (the -march=haswell build, no GEMM): 24.9 / 11.5 at 1 row, 111.8 / 44.9 at 8, 455.2 /
+#   176.8 at 32, 925.1 / 376.1 at 64, where dequantize + oneDNN (the exact path from
+#   GEMM_MIN_ROWS) took 162.2 at 8 rows, 201.3 at 32 and 224.2 at 64.
+A8_MAX_ROWS = 32
+ANY_ROWS = 1 << 30  # a row count past any step's
+ACTIVATIONS = ("float32", "int8")  # EngineConfig.quant_activations' values
 # Largest weight (as fp32) that path dequantizes: past glibc's 32 MiB mmap threshold each call's
 # buffer is a fresh mapping, page-faulted in. The tied Q8_0 head (49,152 x 576, 113 MB as fp32)
 # took 129 ms that way at 64 rows where `gguf_linear` took 41 (204 / 221 ms at 256 rows).
@@ -47,6 +61,7 @@ class QuantWeight(nn.Module):
     scale: torch.Tensor | None
     ops: ModuleType | None  # our C++ kernels, set by `attach`
     gemm_min_rows: int
+    a8_max_rows: int  # rows up to which x is rounded to 8 bits (`gguf_linear_q8`); 0: never
 
     def __init__(
         self, data: torch.Tensor, type_id: int | None, scale: torch.Tensor | None = None
@@ -61,12 +76,20 @@ class QuantWeight(nn.Module):
         self.out_features = data.shape[0]
         self.attach(None)  # the torch references until `attach` gives it our C++ kernels
 
-    def attach(self, ops: ModuleType | None) -> None:
-        """Run on ``ops`` (our C++ kernels; None: the torch references)."""
+    def attach(self, ops: ModuleType | None, activations: str = "float32") -> None:
+        """Run on ``ops`` (our C++ kernels; None: the torch references), with ``activations``
+        (`ACTIVATIONS`) rounded to 8 bits at few rows, GGUF blocks only."""
+        if activations not in ACTIVATIONS:
+            raise ValueError(f"unknown activations {activations!r}; expected {ACTIVATIONS}")
         self.ops = ops
-        gguf, int8 = GEMM_MIN_ROWS[ops.quant_isa() if ops is not None else "avx512"]
+        isa = ops.quant_isa() if ops is not None else "avx512"
+        gguf, int8 = GEMM_MIN_ROWS[isa]
         # Rows from which `linear` dequantizes into oneDNN's GEMM instead of the kernel.
         self.gemm_min_rows = int8 if self.type_id is None else gguf
+        if activations != "int8" or self.type_id is None or ops is None:
+            self.a8_max_rows = 0
+        else:
+            self.a8_max_rows = ANY_ROWS if ops.q8_gemm_built() else A8_MAX_ROWS
 
     @property
     def format_name(self) -> str:
@@ -96,6 +119,8 @@ class QuantWeight(nn.Module):
         if ops is None:
             w = self.dequantize()
             return torch.nn.functional.linear(x, w, bias)
+        if x.shape[0] <= self.a8_max_rows:
+            return ops.gguf_linear_q8(x, self.data, self.type_id, bias)
         if (
             x.shape[0] >= self.gemm_min_rows
             and self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
@@ -137,6 +162,8 @@ class QuantLinear(nn.Module):
             # token on SmolLM2-135M.
             if w.type_id is None:
                 return ops.int8_linear(x, w.data, w.scale, self.bias)
+            if x.shape[0] <= w.a8_max_rows:
+                return ops.gguf_linear_q8(x, w.data, w.type_id, self.bias)
             return ops.gguf_linear(x, w.data, w.type_id, self.bias)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
@@ -165,11 +192,12 @@ class QuantEmbedding(nn.Module):
         return rows.reshape(*input_ids.shape, -1).to(self.dtype)
 
 
-def attach(model: nn.Module, ops: ModuleType | None) -> int:
-    """Give every `QuantWeight` of ``model`` the C++ kernels; how many there are."""
+def attach(model: nn.Module, ops: ModuleType | None, activations: str = "float32") -> int:
+    """Give every `QuantWeight` of ``model`` the C++ kernels (`QuantWeight.attach`); how many
+    there are."""
     weights = [m for m in model.modules() if isinstance(m, QuantWeight)]
     for weight in weights:
-        weight.attach(ops)
+        weight.attach(ops, activations)
     return len(weights)
 
 

@@ -35,10 +35,29 @@ MODES = ("auto", "none", "gguf", "int8")  # EngineConfig.quantization's values
 Dequantize = Callable[[torch.Tensor, int], torch.Tensor]
 
 
-def quantize_model(model: CausalLM, mode: str, gguf_file: Path | None, device: torch.device) -> str:
-    """Apply ``mode`` to ``model`` in place; the mode applied (``auto`` resolved)."""
+def quantize_model(
+    model: CausalLM,
+    mode: str,
+    gguf_file: Path | None,
+    device: torch.device,
+    activations: str = "float32",
+) -> str:
+    """Apply ``mode`` to ``model`` in place, its GGUF blocks taking ``activations``
+    (`EngineConfig.quant_activations`); the mode applied (``auto`` resolved)."""
     if mode not in MODES:
         raise ValueError(f"unknown quantization {mode!r}; expected one of {', '.join(MODES)}")
+    applied = _quantize(model, mode, gguf_file, device, activations)
+    if activations != "float32" and applied != "gguf":
+        raise ValueError(
+            f"--quant-activations {activations} needs GGUF blocks (--quantization gguf on a "
+            f"quantized .gguf, float32 on the CPU); this model runs --quantization {applied}"
+        )
+    return applied
+
+
+def _quantize(
+    model: CausalLM, mode: str, gguf_file: Path | None, device: torch.device, activations: str
+) -> str:
     cpu_fp32 = device.type == "cpu" and model.dtype == torch.float32
     if mode == "none" or (mode == "auto" and not (cpu_fp32 and gguf_file is not None)):
         return "none"
@@ -58,7 +77,7 @@ def quantize_model(model: CausalLM, mode: str, gguf_file: Path | None, device: t
                 return "none"
             raise ValueError(f"{gguf_file.name} holds no Q8_0, Q4_0 or Q4_1 projections")
         mode = "gguf"
-    attach(model, ops)
+    attach(model, ops, activations)
     return mode
 
 

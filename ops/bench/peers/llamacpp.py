@@ -50,6 +50,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=18477)
     p.add_argument("--startup-timeout-s", type=float, default=180.0)
     p.add_argument("--label", default="llama.cpp")
+    # On a 2-core Xeon with AMX (2026-12-04) llama-server's default weight repacking killed it
+    # at start (SIGSEGV after "threadpool init", 1 or 2 threads); without it, it serves.
+    p.add_argument("--no-repack", action="store_true", help="llama-server --no-repack")
     return p.parse_args(argv)
 
 
@@ -67,6 +70,7 @@ def server_command(args: argparse.Namespace, requests: Sequence[dict[str, Any]])
         # No host-RAM prompt cache: random prompts share nothing, and requests say cache_prompt
         # false, so saving slot states would be pure overhead.
         *("--cache-ram", "0", "--no-webui", "--log-disable"),
+        *(["--no-repack"] if args.no_repack else []),
     ]
 
 

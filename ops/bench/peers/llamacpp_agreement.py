@@ -18,6 +18,8 @@ real disagreement. After a divergence the two continue from different text, so t
 total counts only the common prefixes. ``--llamacpp-f32`` gives llama.cpp an F32 copy of the
 file instead (the same dequantized weights, none of its Q8_1 activation rounding), ours still
 on the file's blocks: that separates our kernels' rounding from llama.cpp's quantized dots.
+``--quant-activations int8`` runs ours with 8-bit activations as llama.cpp's, one prompt at a
+time (they apply to steps of 1-2 rows); ``--no-repack`` passes llama-server that flag.
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ def server_command(args: argparse.Namespace) -> list[str]:
         *("--model", str(args.llamacpp_gguf), "--host", "127.0.0.1", "--port", str(args.port)),
         *("--parallel", "1", "--ctx-size", "2048", "--threads", str(args.threads)),
         *("--threads-batch", str(args.threads), "--cache-ram", "0", "--no-webui"),
+        *(["--no-repack"] if args.no_repack else []),
     ]
 
 
@@ -167,26 +170,32 @@ def run_llamacpp(
 def run_ours(
     args: argparse.Namespace, texts: Sequence[str]
 ) -> tuple[list[list[int]], list[list[int]], list[list[Top]]]:
-    """The prompts' ids (chat template) and our greedy ids and tops, all in one batch."""
+    """The prompts' ids (chat template) and our greedy ids and tops, all in one batch (with
+    8-bit activations one at a time)."""
     from worker.engine.config import EngineConfig
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.sampling_params import SamplingParams
 
     config = EngineConfig(
-        model=str(args.gguf), device="cpu", quantization="gguf", num_threads=args.threads
+        model=str(args.gguf),
+        device="cpu",
+        quantization="gguf",
+        quant_activations=args.quant_activations,
+        num_threads=args.threads,
     )
     engine = LLMEngine(config)
     prompts = [engine.encode([{"role": "user", "content": t}]) for t in texts]
     params = SamplingParams(max_tokens=args.tokens, temperature=0.0, logprobs=args.top)
     ids: dict[str, list[int]] = {}
     tops: dict[str, list[Top]] = {}
+    alone = args.quant_activations != "float32"
     for i, prompt in enumerate(prompts):
         ids[str(i)], tops[str(i)] = [], []
         engine.add_prompt(str(i), params=params, prompt_token_ids=prompt)
-    while engine.has_unfinished():
-        for out in engine.step():
-            ids[out.request_id].extend(out.new_token_ids)
-            tops[out.request_id].extend([list(lp.top) for lp in out.logprobs])
+        while engine.has_unfinished() and (alone or i == len(prompts) - 1):
+            for out in engine.step():
+                ids[out.request_id].extend(out.new_token_ids)
+                tops[out.request_id].extend([list(lp.top) for lp in out.logprobs])
     keys = [str(i) for i in range(len(prompts))]
     return prompts, [ids[k] for k in keys], [tops[k] for k in keys]
 
@@ -202,6 +211,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="llama.cpp on an F32 copy of the file (llama-quantize; export_hf.py), ours as before",
     )
+    p.add_argument("--quant-activations", default="float32", choices=["float32", "int8"])
+    p.add_argument("--no-repack", action="store_true", help="llama-server --no-repack")
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--top", type=int, default=2, help="top tokens kept at each position")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))

@@ -54,7 +54,8 @@ PEERS = {
     },
 }
 DEFAULT_PEERS = "vllm-bind,vllm-nobind,llama.cpp-f32,llama.cpp-q4_1"
-LOCAL_SYSTEMS = {"ours-fp32", "ours-bf16", "hf-cb", "hf-static"}  # engine.py's, run in this process
+# engine.py's, run in this process
+LOCAL_SYSTEMS = {"ours-fp32", "ours-a8", "ours-bf16", "hf-cb", "hf-static"}
 
 
 def peer_python(peer: Peer, venv_root: Path) -> Path | None:
@@ -97,7 +98,12 @@ def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list
         bins = args.venv_root / peer.venv / Path(LLAMA_SERVER_BIN).parent
         gguf = export_gguf_f32(bins / "llama-quantize", gguf)
     server = args.venv_root / peer.venv / LLAMA_SERVER_BIN
-    return [*common, "--gguf", str(gguf), "--server", str(server), "--threads", str(args.threads)]
+    repack = ["--no-repack"] if getattr(args, "llamacpp_no_repack", False) else []
+    return [
+        *common,
+        *("--gguf", str(gguf), "--server", str(server), "--threads", str(args.threads)),
+        *repack,
+    ]
 
 
 def run_peer(

@@ -204,6 +204,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--vllm-dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument(
+        "--llamacpp-no-repack",
+        action="store_true",
+        help="llama-server --no-repack (its repacking crashed it at start on an AMX Xeon)",
+    )
     p.add_argument("--venv-root", type=Path, default=ROOT, help="where .venv-vllm etc. live")
     p.add_argument("--peer-timeout-s", type=float, default=1800.0)
     p.add_argument("--parity-requests", type=int, default=8)
