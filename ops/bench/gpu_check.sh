@@ -8,13 +8,15 @@
 #   5. nano-vllm's workload (256 requests, prompt and output lengths uniform in 100-1024, EOS
 #      ignored): ours on both shapes (NANO_HF_CB=1 adds HF continuous batching on Llama's);
 #   6. the mix at 4x the requests, ours alone; ops/bench/kernels.py's decode grid;
+#   FP8 (with QUICK=1 or FP8=1): Llama-3.2-1B's shape as an FP8 checkpoint (e4m3, a scale a row),
+#      its decode steps at batch 1, 32 and 256 against bf16's from (4) (issue 23);
 #   7. a digest of every JSON report (ops/bench/gpu_summary.py): the tool returns only the tail.
 #
 #   OUT=results/gpu TOKENIZER=dir-with-config-and-tokenizer bash ops/bench/gpu_check.sh
 #   SMOKE=1 OUT=/tmp/gpu-smoke TOKENIZER=dir bash ops/bench/gpu_check.sh   # CPU, tiny, ~2 min
 #   QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # a second lease call, ~3 min: the decode
 #       kernel's tests, random weights, the decode split sweep, both shapes' decode steps, the
-#       mix with ours alone
+#       mix with ours alone, the FP8 steps (limits 45 + 35 s)
 #   BASE=.ab/base QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # before/after on one host
 #       BASE: a checkout to compare (`git worktree add .ab/base COMMIT`, `.ab` excluded and
 #       carried): both shapes' decode steps run from it too, right after this tree's, into
@@ -43,6 +45,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-ops/bench/results/gpu}
 TOKENIZER=${TOKENIZER:-.gpu/tokenizer}
 MODEL_DIR=${MODEL_DIR:-/tmp/paternoster-llama-1b}
+FP8_DIR=${FP8_DIR:-/tmp/paternoster-llama-1b-fp8}
 QWEN3_DIR=${QWEN3_DIR:-/tmp/paternoster-qwen3-0.6b}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)  # absolute: BASE's parts run in another directory
@@ -96,6 +99,8 @@ steps() {
 }
 # full: true unless QUICK=1 (it guards the parts a quick run leaves out).
 full() { [ -z "${QUICK:-}" ]; }
+# fp8: the FP8 part runs, in a QUICK run or with FP8=1 (the full run has no time left for it).
+fp8() { [ -n "${QUICK:-}" ] || [ -n "${FP8:-}" ]; }
 # Ours and HF on the same requests: 256 rows a step at most, prefill chunks of 8192 tokens.
 ENGINE_ARGS=(--device $DEVICE --threads $THREADS --keep-going --max-num-seqs 256
     --max-num-batched-tokens 8192)
@@ -161,6 +166,17 @@ part 130 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems $
 
 section "decode steps against their byte floor: Llama-3.2-1B's shape"
 steps steps_llama "$MODEL_DIR" $KV_MIX
+
+if fp8; then
+    section "FP8 projections: $LLAMA_SHAPE at batch 1, 32, 256 (bf16's: steps_llama)"
+    timeout 45 python3 ops/bench/random_model.py --shape $LLAMA_SHAPE --tokenizer "$TOKENIZER" \
+        --out "$FP8_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE --fp8 2>&1 | grep -v "shards"
+    FP8_BATCHES=1,32,256
+    [ -n "${SMOKE:-}" ] && FP8_BATCHES=1,3
+    part 35 steps_llama_fp8 6 gpu_steps.py --device $DEVICE --model "$FP8_DIR" \
+        "${STEPS_ARGS[@]}" --batch-sizes $FP8_BATCHES --kv-cache-bytes $KV_MIX \
+        --out "$OUT/steps_llama_fp8.json"
+fi
 
 full && section "nano-vllm's workload: Qwen3-0.6B's shape, ours"
 full && part 50 nano_qwen3 5 engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" --workload nano-vllm \

@@ -186,6 +186,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tied": mc.tie_word_embeddings,
             "qk_norm": mc.qk_norm,
         },
+        # FP8 projections (a checkpoint random_model.py --fp8 wrote) read 1 byte a weight, not
+        # the dtype's: the floor above still counts the dtype's bytes.
+        "fp8_linears": sum(
+            type(m).__name__ == "Fp8Linear" for m in bench.engine.runner.model.modules()
+        ),
         "weight_bytes": step_bytes(mc, itemsize, 0, 0)["weights"],
         "kv_bytes_per_token": mc.kv_bytes_per_token * itemsize,
         "copy_gbps": gbps,

@@ -42,7 +42,8 @@ def steps_lines(name: str, report: dict[str, Any]) -> list[str]:
     lines = [
         f"{name}: {m['model_type']} {m['layers']} layers, weights "
         f"{report['weight_bytes'] / 1e9:.2f} GB, copy {report['copy_gbps']:.0f} GB/s, "
-        f"graphs {len(report.get('graph_sizes', []))} sizes, eager {report['enforce_eager']}"
+        f"graphs {len(report.get('graph_sizes', []))} sizes, eager {report['enforce_eager']}, "
+        f"FP8 projections {report.get('fp8_linears', 0)}"
     ]
     for r in report["batches"]:
         idle = r.get("idle_share")

@@ -2,12 +2,15 @@
 
     python ops/bench/random_model.py --shape llama-3.2-1b --tokenizer DIR --out /tmp/llama-1b
     python ops/bench/random_model.py --shape qwen3-0.6b --tokenizer DIR --out /tmp/qwen3-0.6b
+    python ops/bench/random_model.py --shape llama-3.2-1b --tokenizer DIR --out D --fp8
 
 Throughput does not depend on what the weights say, and a lent GPU machine cannot reach a hub, so
 GPU benchmarks run on random weights of a real model's shape. Only the tokenizer files travel (a
 few MB): the vocabulary is the tokenizer's (qwen3-0.6b keeps its own, larger one), so workloads
 draw real token ids. Embeddings are drawn from N(0, 1) as in the tests' tiny model: larger logits,
-fewer greedy near-ties, so a parity check between two systems says something.
+fewer greedy near-ties, so a parity check between two systems says something. ``--fp8`` saves
+the projections as an FP8 checkpoint (compressed-tensors: e4m3 codes, one scale a row, the LM
+head and embeddings kept), as the FP8 checkpoints worker/models/quant_fp8.py loads.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
+# Run as a script, this folder is sys.path[0] and its kernels.py would shadow the kernels package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 # Llama-family shapes as Hugging Face config keys; ``model_type`` defaults to llama, the
 # vocabulary to the tokenizer's and ``tie_word_embeddings`` to True. llama-3.2-1b: 16 layers of
@@ -140,6 +147,44 @@ def write_random_model(
     return out
 
 
+# compressed-tensors' declaration of per-channel e4m3 weights, dynamic per-token activations.
+FP8_CONFIG = {
+    "quant_method": "compressed-tensors",
+    "format": "float-quantized",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+            "input_activations": {"num_bits": 8, "type": "float", "dynamic": True},
+        }
+    },
+    "ignore": ["lm_head"],
+}
+
+
+def to_fp8(out: Path, device: str = "cpu") -> int:
+    """Rewrite the checkpoint in ``out`` with its decoder projections as e4m3 codes and an
+    ``(N, 1)`` float32 ``weight_scale`` each (quantized on ``device``); how many were
+    converted."""
+    from safetensors.torch import load_file, save_file
+
+    from kernels.triton_quant import quantize_fp8
+
+    converted = 0
+    for file in sorted(out.glob("*.safetensors")):
+        state = load_file(str(file))
+        for name in [n for n in state if n.endswith("_proj.weight")]:
+            codes, scale = quantize_fp8(state[name].to(device))
+            state[name] = codes.cpu()
+            state[name.removesuffix("weight") + "weight_scale"] = scale[:, None].cpu()
+            converted += 1
+        save_file(state, str(file), metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"] = FP8_CONFIG
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return converted
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="llama-3.2-1b")
@@ -150,11 +195,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="bfloat16")
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fp8", action="store_true", help="projections as an FP8 checkpoint")
     args = p.parse_args(argv)
     start = time.perf_counter()
     out = write_random_model(
         args.shape, args.tokenizer, args.out, getattr(torch, args.dtype), args.device, args.seed
     )
+    if args.fp8:
+        print(f"{to_fp8(out, args.device)} projections as FP8 (e4m3, a scale a row)")
     size_gb = sum(f.stat().st_size for f in out.iterdir()) / 1e9
     print(f"{args.shape}: {out} ({size_gb:.2f} GB) in {time.perf_counter() - start:.1f} s")
 

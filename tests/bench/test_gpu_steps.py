@@ -156,3 +156,33 @@ def test_summary_digests_every_report(cpu_reports: Path) -> None:
     assert sum("batch " in line and "floor" in line for line in lines) == 2
     assert sum(line.startswith("    host ") and "schedule" in line for line in lines) == 2
     assert "killed.json: unreadable" in text
+
+
+def test_random_fp8_checkpoint_loads_as_our_fp8_path_reads_it(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """``random_model.py --fp8``: every decoder projection as e4m3 codes with a scale a row
+    (compressed-tensors), which the loader keeps as FP8 (`Fp8Checkpoint`) and, on the CPU,
+    dequantizes exactly; the embeddings stay float."""
+    from safetensors.torch import load_file
+
+    from worker.models.quant_fp8 import FP8, Fp8Checkpoint
+
+    random_model = load_script("random_model")
+    out = random_model.write_random_model("tiny", tiny_model_dir, tmp_path, torch.float32, "cpu")
+    floats = load_file(str(out / "model.safetensors"))
+    assert random_model.to_fp8(out) == 2 * 7  # q, k, v, o, gate, up, down in 2 layers
+    state = load_file(str(out / "model.safetensors"))
+    assert state["model.embed_tokens.weight"].dtype == torch.float32
+    checkpoint = Fp8Checkpoint.of(out)
+    assert checkpoint is not None and len(checkpoint.scales) == 14
+    model = load_model(out, torch.float32, torch.device("cpu"))
+    ours = model.layers[1].mlp.down_proj.weight.detach()  # type: ignore[union-attr, index]
+    codes, scale = (
+        state["model.layers.1.mlp.down_proj.weight"],
+        checkpoint.scales["model.layers.1.mlp.down_proj.weight"],
+    )
+    assert codes.dtype == FP8 and scale.shape == (codes.shape[0], 1)
+    assert torch.equal(ours, codes.float() * scale)
+    original = floats["model.layers.1.mlp.down_proj.weight"]
+    assert 0 < float((ours - original).abs().max()) <= 0.07 * float(original.abs().max())

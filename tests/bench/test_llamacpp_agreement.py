@@ -113,7 +113,9 @@ def test_run_llamacpp_against_a_fake_server(tmp_path: Path) -> None:
         tokens=3,
         top=2,
         startup_timeout_s=30.0,
+        no_repack=True,
     )
+    assert agree.server_command(args)[-1] == "--no-repack"
     ids, tops, log = agree.run_llamacpp(args, [[10, 11], [20]])
     assert ids == [[12, 13, 14], [21, 22, 23]]
     assert tops[1] == [[(21, -0.5)], [(22, -0.5)], [(23, -0.5)]]

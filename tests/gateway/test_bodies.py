@@ -160,3 +160,41 @@ def test_loose_numbers_are_refused_naming_the_field(
     with small_gateway.client() as client:
         error = assert_error_shape(client.post(path, content=body, headers=JSON), (400, 422))
     assert field in error["message"] or error["param"] == field or "JSON" in error["message"]
+
+
+def test_an_oversized_body_is_drained_before_the_413_within_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rest of a refused body is read before the answer (a socket closed on unread bytes is
+    reset, which can overtake the 413), but no more than `DRAIN_MAX_BYTES` of it."""
+    import asyncio
+
+    from gateway import bodies
+
+    def run(chunks: int, declared: int, drain_max: int = 1000) -> tuple[int, list[int]]:
+        monkeypatch.setattr(bodies, "DRAIN_MAX_BYTES", drain_max)
+        left = [
+            {"type": "http.request", "body": b"x" * 100, "more_body": i < chunks - 1}
+            for i in range(chunks)
+        ]
+        read, sent = [0], []
+
+        async def receive() -> dict[str, object]:
+            read[0] += 1
+            return left.pop(0) if left else {"type": "http.disconnect"}
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] == "http.response.start":
+                sent.append(int(message["status"]))  # type: ignore[call-overload]
+
+        async def app(scope: object, receive: object, send: object) -> None:
+            raise AssertionError("a refused body must not reach the app")
+
+        headers = [(b"content-length", str(declared).encode())] if declared else []
+        scope = {"type": "http", "headers": headers, "method": "POST", "path": "/"}
+        asyncio.run(bodies.BodyLimit(app, 150)(scope, receive, send))  # type: ignore[arg-type]
+        return read[0], sent
+
+    assert run(5, 500) == (5, [413])  # declared too large: all 500 bytes read, then the 413
+    assert run(5, 0) == (5, [413])  # chunked: counted past 150, the rest read too
+    assert run(9, 900, 250) == (3, [413])  # past DRAIN_MAX_BYTES: the rest is left unread
