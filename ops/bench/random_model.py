@@ -147,21 +147,6 @@ def write_random_model(
     return out
 
 
-# compressed-tensors' declaration of per-channel e4m3 weights, dynamic per-token activations.
-FP8_CONFIG = {
-    "quant_method": "compressed-tensors",
-    "format": "float-quantized",
-    "config_groups": {
-        "group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
-            "input_activations": {"num_bits": 8, "type": "float", "dynamic": True},
-        }
-    },
-    "ignore": ["lm_head"],
-}
-
-
 def to_fp8(out: Path, device: str = "cpu") -> int:
     """Rewrite the checkpoint in ``out`` with its decoder projections as e4m3 codes and an
     ``(N, 1)`` float32 ``weight_scale`` each (quantized on ``device``); how many were
@@ -169,6 +154,7 @@ def to_fp8(out: Path, device: str = "cpu") -> int:
     from safetensors.torch import load_file, save_file
 
     from kernels.triton_quant import quantize_fp8
+    from worker.models.quant_fp8 import COMPRESSED_TENSORS_FP8
 
     converted = 0
     for file in sorted(out.glob("*.safetensors")):
@@ -180,7 +166,7 @@ def to_fp8(out: Path, device: str = "cpu") -> int:
             converted += 1
         save_file(state, str(file), metadata={"format": "pt"})
     config = json.loads((out / "config.json").read_text())
-    config["quantization_config"] = FP8_CONFIG
+    config["quantization_config"] = COMPRESSED_TENSORS_FP8
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return converted
 

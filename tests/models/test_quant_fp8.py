@@ -18,24 +18,18 @@ from kernels.triton_quant import FP8, fp8_linear_reference, quantize_fp8
 from tests.models.test_architectures import BASE
 from worker.models import loader
 from worker.models.loader import load_model
-from worker.models.quant_fp8 import Fp8Checkpoint, Fp8Linear, check_fp8_config, swap_fp8
+from worker.models.quant_fp8 import (
+    COMPRESSED_TENSORS_FP8,
+    Fp8Checkpoint,
+    Fp8Linear,
+    check_fp8_config,
+    swap_fp8,
+)
 
 CPU = torch.device("cpu")
 TINY: dict[str, Any] = {**BASE, "attention_bias": True}  # untied: lm_head stays a plain Linear
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PER_TENSOR = ("k_proj", "up_proj")  # the rest per channel: fused parts of either kind
-COMPRESSED_TENSORS = {
-    "quant_method": "compressed-tensors",
-    "format": "float-quantized",
-    "config_groups": {
-        "group_0": {
-            "targets": ["Linear"],
-            "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
-            "input_activations": {"num_bits": 8, "type": "float", "dynamic": True},
-        }
-    },
-    "ignore": ["lm_head"],
-}
 
 
 def fp8_of(weight: torch.Tensor, per_tensor: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,7 +64,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     save_file(state, str(plain / "model.safetensors"))
     save_file(quantized, str(fp8 / "model.safetensors"))
     raw = json.loads((plain / "config.json").read_text())
-    raw["quantization_config"] = COMPRESSED_TENSORS
+    raw["quantization_config"] = COMPRESSED_TENSORS_FP8
     (fp8 / "config.json").write_text(json.dumps(raw))
     return fp8, plain
 
@@ -149,7 +143,7 @@ def test_fp8_linear_after_the_swap_matches_the_reference(checkpoints: tuple[Path
 def test_unsupported_layouts_are_refused(config: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_fp8_config(config)
-    check_fp8_config(COMPRESSED_TENSORS)
+    check_fp8_config(COMPRESSED_TENSORS_FP8)
     check_fp8_config({"quant_method": "fbgemm_fp8"})
 
 

@@ -34,6 +34,21 @@ from worker.models.base import WeightTarget
 log = logging.getLogger(__name__)
 FP8 = torch.float8_e4m3fn
 SCALE_SUFFIX = ".weight_scale"
+# The quantization_config of a compressed-tensors checkpoint of per-channel e4m3 weights and
+# dynamic per-token activations (what llm-compressor's FP8_DYNAMIC scheme writes), the LM head
+# left float: one layout `check_fp8_config` accepts, and the one ops/bench/random_model.py writes.
+COMPRESSED_TENSORS_FP8: dict[str, Any] = {
+    "quant_method": "compressed-tensors",
+    "format": "float-quantized",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+            "input_activations": {"num_bits": 8, "type": "float", "dynamic": True},
+        }
+    },
+    "ignore": ["lm_head"],
+}
 IGNORED_SUFFIXES = (".input_scale", ".weight_zero_point", ".input_zero_point")
 
 
