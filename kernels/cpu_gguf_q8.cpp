@@ -30,7 +30,7 @@ using namespace quant;
 using namespace q8;
 
 constexpr int64_t kGemmMinRows = 3;  // rows from which gguf_gemm_q8 runs, where it can
-constexpr int64_t kLanes = sizeof(vf) / sizeof(float);  // 8 int32 lanes a block either way
+constexpr int64_t kLanes = sizeof(vf) / sizeof(float);  // int32 lanes a step, 8 a block
 alignas(64) const uint8_t kZeroBlock[64] = {};  // the missing second block of an odd row
 
 // What q's codes are offset by (`codes`): w = d * (q - offset), or Q4_1's d * q + m.
@@ -106,11 +106,11 @@ void q8_block(const Acts& acts, int64_t r0, const uint8_t* w, int64_t ldw, int64
         for (int64_t r = 0; r < R; ++r) {
             const int64_t lane = acts.lane(r0 + r, s);
             const vi a = iload(acts.codes(r0 + r, s)), init = iload(&acts.init[lane]);
-            const vf dx = vload(&acts.dx[lane]);
+            const vf dx = vload(&acts.dx[lane]), sx = vload(&acts.sx[lane]);
             for (int64_t o = 0; o < O; ++o) {
                 const vf t = vcvt(dot<F>(q[o], a, init));
                 acc[r][o] = vfma(t, vmul(d[o], dx), acc[r][o]);
-                if constexpr (F == kQ4_1) acc[r][o] = vfma(m[o], vload(&acts.sx[lane]), acc[r][o]);
+                if constexpr (F == kQ4_1) acc[r][o] = vfma(m[o], sx, acc[r][o]);
             }
         }
     }

@@ -59,12 +59,9 @@ inline void step_scales(const uint8_t* b0, const uint8_t* b1, vf& d, vf& m) {
     const vi di = kInterleaved<F>
                       ? _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2)
                       : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-    if constexpr (F == kQ4_1) {
-        d = _mm512_permutexvar_ps(di, h);
+    d = _mm512_permutexvar_ps(di, h);
+    if constexpr (F == kQ4_1)
         m = _mm512_permutexvar_ps(_mm512_add_epi32(di, _mm512_set1_epi32(1)), h);
-    } else {
-        d = _mm512_permutexvar_ps(di, h);
-    }
 }
 
 // sum(q * a) per lane, from `init` (x's share of the block's offset, see `quantize_rows`).

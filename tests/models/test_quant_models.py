@@ -164,6 +164,7 @@ def test_int8_activations_take_gguf_blocks_only(tiny_model_dir: Path, arch: str 
     model = load_model(tiny_model_dir, torch.float32, CPU)
     with pytest.raises(ValueError, match=r"--quant-activations int8 needs GGUF blocks.*int8"):
         quantize_model(model, "int8", None, CPU, "int8")
+    assert type(model.lm_head) is nn.Linear  # refused before anything was swapped
     with pytest.raises(ValueError, match=r"needs GGUF blocks.*--quantization none"):
         load_model(tiny_model_dir, torch.float32, CPU, "auto", None, "int8")
     parser = argparse.ArgumentParser()

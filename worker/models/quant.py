@@ -77,13 +77,12 @@ class QuantWeight(nn.Module):
         self.attach(None)  # the torch references until `attach` gives it our C++ kernels
 
     def attach(self, ops: ModuleType | None, activations: str = "float32") -> None:
-        """Run on ``ops`` (our C++ kernels; None: the torch references), with ``activations``
-        (`ACTIVATIONS`) rounded to 8 bits at few rows, GGUF blocks only."""
+        """Run on ``ops`` (our C++ kernels; None: the torch references); ``activations``
+        (`ACTIVATIONS`) int8: x rounded to 8 bits for GGUF blocks, up to `a8_max_rows`."""
         if activations not in ACTIVATIONS:
             raise ValueError(f"unknown activations {activations!r}; expected {ACTIVATIONS}")
         self.ops = ops
-        isa = ops.quant_isa() if ops is not None else "avx512"
-        gguf, int8 = GEMM_MIN_ROWS[isa]
+        gguf, int8 = GEMM_MIN_ROWS[ops.quant_isa() if ops is not None else "avx512"]
         # Rows from which `linear` dequantizes into oneDNN's GEMM instead of the kernel.
         self.gemm_min_rows = int8 if self.type_id is None else gguf
         if activations != "int8" or self.type_id is None or ops is None:

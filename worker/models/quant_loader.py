@@ -46,13 +46,20 @@ def quantize_model(
     (`EngineConfig.quant_activations`); the mode applied (``auto`` resolved)."""
     if mode not in MODES:
         raise ValueError(f"unknown quantization {mode!r}; expected one of {', '.join(MODES)}")
+    # Refused before anything is swapped: int8 and none up front, auto once it found no blocks.
+    if activations != "float32" and mode in ("none", "int8"):
+        raise _needs_blocks(activations, mode)
     applied = _quantize(model, mode, gguf_file, device, activations)
     if activations != "float32" and applied != "gguf":
-        raise ValueError(
-            f"--quant-activations {activations} needs GGUF blocks (--quantization gguf on a "
-            f"quantized .gguf, float32 on the CPU); this model runs --quantization {applied}"
-        )
+        raise _needs_blocks(activations, applied)
     return applied
+
+
+def _needs_blocks(activations: str, mode: str) -> ValueError:
+    return ValueError(
+        f"--quant-activations {activations} needs GGUF blocks (--quantization gguf on a "
+        f"quantized .gguf, float32 on the CPU); this model runs --quantization {mode}"
+    )
 
 
 def _quantize(
