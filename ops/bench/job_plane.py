@@ -61,7 +61,8 @@ BENCH_COMMANDS = ("info", "scan", "del")
 
 
 def make_engine(args: argparse.Namespace) -> LLMEngine:
-    engine = LLMEngine(engine_config(args, str(args.model_dir)))
+    # The model as named (None: the bundled GGUF, on its blocks), as our_engine.run_ours does.
+    engine = LLMEngine(engine_config(args, args.model))
     warm_up(engine, warmup_prompt(args.token_ids))
     return engine
 
