@@ -33,10 +33,6 @@ constexpr int64_t kGemmMinRows = 3;  // rows from which gguf_gemm_q8 runs, where
 constexpr int64_t kLanes = sizeof(vf) / sizeof(float);  // int32 lanes a step, 8 a block
 alignas(64) const uint8_t kZeroBlock[64] = {};  // the missing second block of an odd row
 
-// What q's codes are offset by (`codes`): w = d * (q - offset), or Q4_1's d * q + m.
-template <int64_t F>
-constexpr int64_t kOffset = F == kQ4_0 ? 8 : F == kQ8_0 ? kQ8Offset : 0;
-
 // Where element e of block j of a step sits among the step's codes, and the lane (of the 8 a
 // block has) that sums its 4-code group i.
 template <bool Interleaved>

@@ -15,7 +15,7 @@
 
 #include <vector>
 
-#include "cpu_quant.h"
+#include "cpu_q8_vec.h"
 
 namespace paternoster {
 namespace quant {
@@ -38,7 +38,7 @@ struct XCodes {
 
 template <int64_t F>
 void quantize_x(const float* x, int64_t ldx, int64_t rows, int64_t nb, XCodes& xc) {
-    constexpr int32_t offset = F == kQ4_0 ? 8 : F == kQ8_0 ? 128 : 0;
+    constexpr int32_t offset = int32_t(q8::kOffset<F>);  // the same codes as the one-row kernel's
     xc.nb = nb;
     xc.a.resize(rows * nb * kBlock);
     xc.dx.resize(rows * nb);
@@ -101,12 +101,6 @@ void pack_panel(const uint8_t* w, int64_t ldw, int64_t rows, int64_t nb, Panel& 
     }
 }
 
-inline int32_t code4(const int8_t* a) {
-    int32_t v;
-    std::memcpy(&v, a, 4);
-    return v;
-}
-
 // out[j * ldo + i] for R rows of x (from r) and the panel's `valid` weight rows i.
 template <int64_t F, int64_t R>
 void panel_rows(const Panel& p, const XCodes& xc, int64_t r, float* out, int64_t ldo,
@@ -121,7 +115,7 @@ void panel_rows(const Panel& p, const XCodes& xc, int64_t r, float* out, int64_t
             const __m512i w = p.codes[b * kGroups + g];
             for (int64_t j = 0; j < R; ++j) {
                 const int8_t* a = &xc.a[((r + j) * nb + b) * kBlock + 4 * g];
-                dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(code4(a)));
+                dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(load32(a)));
             }
         }
         const __m512 d = _mm512_loadu_ps(&p.d[b * kPanel]);

@@ -9,12 +9,6 @@ namespace q8 {
 
 using namespace quant;
 
-inline int32_t load32(const uint8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
-
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 constexpr int64_t kStep = 2;  // blocks a step
 constexpr int64_t kQRows = 4, kQOut = 3;  // 12 accumulators + 9 weight vectors of 32 zmm
@@ -113,6 +107,10 @@ inline vi dot(vi w, vi a, vi init) {
     return _mm256_add_epi32(init, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 #endif
+
+// What q's codes are offset by (`codes`): w = d * (q - offset), or Q4_1's d * q + m.
+template <int64_t F>
+constexpr int64_t kOffset = F == kQ4_0 ? 8 : F == kQ8_0 ? kQ8Offset : 0;
 
 }  // namespace q8
 }  // namespace paternoster

@@ -22,6 +22,12 @@ constexpr int64_t block_bytes(int64_t format) {
     return format == kQ8_0 ? 34 : format == kQ4_1 ? 20 : 18;
 }
 
+inline int32_t load32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
 inline float half(const uint8_t* p) {
     uint16_t bits;
     std::memcpy(&bits, p, 2);

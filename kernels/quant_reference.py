@@ -63,21 +63,14 @@ def _fp16(raw: torch.Tensor) -> torch.Tensor:
 
 def dequantize(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
     """Float32 ``(n, k)`` weights of GGUF blocks ``(n, row_bytes)`` uint8."""
-    fmt = block_format(type_id)
-    n = blocks.shape[0]
-    k = in_features(blocks, type_id)
-    b = blocks.reshape(n, k // BLOCK, fmt.block_bytes)
-    d = _fp16(b[..., 0:2])  # (n, nb, 1)
-    if fmt is Q8_0:
-        q = b[..., 2:].contiguous().view(torch.int8).float()
-        return (d * q).reshape(n, k)
-    packed = b[..., 4:] if fmt is Q4_1 else b[..., 2:]
-    q = torch.cat((packed & 0x0F, packed >> 4), dim=-1).float()  # (n, nb, 32)
-    if fmt is Q4_1:
-        w = d * q + _fp16(b[..., 2:4])
+    q, d, c = weight_codes(blocks, type_id)
+    if type_id == Q4_0.type_id:
+        w = d[..., None] * (q - 8.0)  # as llama.cpp rounds it: one product, not d * q - 8 d
+    elif type_id == Q4_1.type_id:
+        w = d[..., None] * q + c[..., None]
     else:
-        w = d * (q - 8.0)
-    return w.reshape(n, k)
+        w = d[..., None] * q
+    return w.reshape(blocks.shape[0], -1)
 
 
 def weight_codes(
