@@ -113,23 +113,39 @@ def request_params(i: int, args: argparse.Namespace, max_tokens: int) -> Samplin
     )
 
 
-def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, Any]:
-    """Median ms per phase over ``args.steps`` steps in which all ``batch`` requests decode."""
+def decode_batch_engine(
+    model_dir: Path, batch: int, prompt_len: int, decode_steps: int, threads: int, **config: Any
+) -> tuple[LLMEngine, int]:
+    """A CPU fp32 engine with room for ``batch`` requests of ``prompt_len`` tokens to decode
+    together for ``decode_steps`` steps after their prefill, and the ``max_tokens`` that takes
+    (``config``: more `EngineConfig` fields)."""
     budget = max(512, batch)  # the default step budget, raised to fit one decode per request
-    prefill_steps = math.ceil(batch * args.prompt_len / budget)
-    max_tokens = prefill_steps + args.warmup + args.steps + 4  # nobody finishes while timed
-    blocks = batch * math.ceil((args.prompt_len + max_tokens) / 16) + 1
+    max_tokens = math.ceil(batch * prompt_len / budget) + decode_steps
+    blocks = batch * math.ceil((prompt_len + max_tokens) / 16) + 1
     engine = LLMEngine(
         EngineConfig(
             model=str(model_dir),
             device="cpu",
             dtype="float32",
-            attention_backend=args.backend,
-            num_threads=args.threads,
-            overlap_steps=args.overlap_steps,
+            num_threads=threads,
             cache=CacheConfig(block_size=16, num_blocks=blocks),
             scheduler=SchedulerConfig(max_num_seqs=batch, max_num_batched_tokens=budget),
+            **config,
         )
+    )
+    return engine, max_tokens
+
+
+def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, Any]:
+    """Median ms per phase over ``args.steps`` steps in which all ``batch`` requests decode."""
+    engine, max_tokens = decode_batch_engine(
+        model_dir,
+        batch,
+        args.prompt_len,
+        args.warmup + args.steps + 4,  # nobody finishes while timed
+        args.threads,
+        attention_backend=args.backend,
+        overlap_steps=args.overlap_steps,
     )
     rng = random.Random(args.seed)
     vocab = normal_token_ids(engine.tokenizer, engine.model_config.vocab_size)

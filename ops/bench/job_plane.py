@@ -91,22 +91,9 @@ def run_redis(args: argparse.Namespace, workload: Workload, url: str) -> dict[st
         engine, url, WorkerConfig(prefix=prefix, stream_interval=args.stream_interval)
     )
     reader = redis.Redis.from_url(url, decode_responses=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        jobs, out = Path(tmp) / "jobs.json", Path(tmp) / "out.json"
-        jobs.write_text(json.dumps([job_record(r) for r in workload]))
-        calls_before = command_calls(reader)
-        script = Path(__file__).with_name("job_client.py")
-        cmd = [sys.executable, str(script), str(jobs), str(out), "--redis-url", url]
-        client = subprocess.Popen([*cmd, "--prefix", prefix])
-        try:
-            serve_until_exits(worker, client)
-        finally:
-            for key in reader.scan_iter(f"{prefix}:*"):
-                reader.delete(key)
-        if client.returncode != 0:
-            raise RuntimeError(f"the bench client failed with exit code {client.returncode}")
-        calls_after = command_calls(reader)
-        result = json.loads(out.read_text())
+    calls_before = command_calls(reader)
+    result = serve_jobs(worker, url, [job_record(r) for r in workload])
+    calls_after = command_calls(reader)
     stats = worker.publisher.stats
     return {
         "wall_s": result["wall_s"],
@@ -122,6 +109,29 @@ def run_redis(args: argparse.Namespace, workload: Workload, url: str) -> dict[st
 def job_record(r: BenchRequest) -> dict[str, Any]:
     """What job_client.py submits for one request."""
     return {"id": r.request_id, "prompt_ids": list(r.prompt_ids), "output_len": r.output_len}
+
+
+def serve_jobs(worker: JobWorker, url: str, jobs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Serve ``jobs`` (`job_record`'s shape) to a client process (``job_client.py``) that
+    submits them all at once and reads every result stream to its end; its report
+    (``wall_s``, ``reads``, ``outputs``). The keys under the worker's prefix go afterwards."""
+    reader = redis.Redis.from_url(url, decode_responses=True)
+    prefix = worker.config.prefix
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs_file, out = Path(tmp) / "jobs.json", Path(tmp) / "out.json"
+        jobs_file.write_text(json.dumps(list(jobs)))
+        script = Path(__file__).with_name("job_client.py")
+        cmd = [sys.executable, str(script), str(jobs_file), str(out), "--redis-url", url]
+        client = subprocess.Popen([*cmd, "--prefix", prefix])
+        try:
+            serve_until_exits(worker, client)
+        finally:
+            for key in reader.scan_iter(f"{prefix}:*"):
+                reader.delete(key)
+        if client.returncode != 0:
+            raise RuntimeError(f"the bench client failed with exit code {client.returncode}")
+        report: dict[str, Any] = json.loads(out.read_text())
+        return report
 
 
 def serve_until_exits(worker: JobWorker, client: subprocess.Popen[bytes]) -> None:

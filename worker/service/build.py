@@ -31,6 +31,7 @@ from worker.service.metrics import WorkerMetrics
 from worker.service.publisher import Publisher
 from worker.service.recovery import Reclaimer, Resumer
 from worker.service.reporting import Reporter
+from worker.service.resp_packer import packer_kwargs
 from worker.service.slots import Slots
 from worker.service.worker import JobWorker
 
@@ -91,7 +92,11 @@ def connect(redis_url: str, config: WorkerConfig) -> Connections:
         "socket_connect_timeout": 10,
     }
     writer = redis.Redis.from_url(
-        redis_url, decode_responses=True, socket_timeout=30, socket_connect_timeout=10
+        redis_url,
+        decode_responses=True,
+        socket_timeout=30,
+        socket_connect_timeout=10,
+        **packer_kwargs(),  # every streamed token is one command packed on this connection
     )
     return Connections(
         intake=redis.Redis.from_url(redis_url, **readers),

@@ -163,7 +163,7 @@ class ActiveJob:
         first = self.first_token_at is None
         if first:
             self.first_token_at = self.now()
-        done = self.num_published_tokens
+        done = before + len(event.token_ids)  # what take_event moved ``choice`` on by
         if first or before // STATUS_EVERY_TOKENS != done // STATUS_EVERY_TOKENS:
             status = st.progress(done, self.first_token_at if first else None)
             commands.append(hset(self.keys.job(self.job.job_id), status))

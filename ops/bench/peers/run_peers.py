@@ -138,14 +138,24 @@ def run_local(
 
 
 def parity(ours: dict[str, Any], peer: dict[str, Any], ids: Sequence[str]) -> dict[str, Any]:
-    """Greedy outputs equal to ours over ``ids``, and where each differing one diverges."""
+    """Greedy outputs equal to ours over ``ids``, and where each differing one diverges; ids
+    whose output the peer could not give in full (llama.cpp's stream, `llamacpp.complete`) are
+    left out of ``checked`` and listed in ``skipped``."""
+    skip = set(peer.get("incomplete_outputs", ()))
+    skipped = [rid for rid in ids if rid in skip]
+    ids = [rid for rid in ids if rid not in skip]
     first_diff: dict[str, int] = {}
     for rid in ids:
         x, y = ours["outputs"][rid], peer["outputs"][rid]
         if x != y:
             pairs = enumerate(zip(x, y, strict=False))
             first_diff[rid] = next((i for i, (a, b) in pairs if a != b), min(len(x), len(y)))
-    return {"checked": len(ids), "equal": len(ids) - len(first_diff), "first_diff_at": first_diff}
+    return {
+        "checked": len(ids),
+        "equal": len(ids) - len(first_diff),
+        "first_diff_at": first_diff,
+        "skipped": skipped,
+    }
 
 
 def compare(systems: dict[str, dict[str, Any]], ids: Sequence[str]) -> None:
