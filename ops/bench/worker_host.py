@@ -146,6 +146,8 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int, url: str) -> 
         for i in range(batch)
     ]
     prefix = f"pn-host-{uuid.uuid4().hex[:8]}"
+    # Every job at once: the slots kept for the interactive band (capacity // 8 by default)
+    # would hold an eighth of these back.
     config = WorkerConfig(prefix=prefix, max_jobs=batch + 8, urgent_reserve=1)
     worker = build_worker(engine, url, config)
     probe = WorkerSteps(worker, batch, args.warmup, args.steps)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+
 import pytest
 import redis
 from hypothesis import given
@@ -15,6 +17,11 @@ from worker.service.publisher import Command, Publisher
 from worker.service.resp_packer import RespPacker, packer_kwargs
 
 pytestmark = pytest.mark.skipif(resp_packer.hiredis is None, reason="hiredis not installed")
+
+
+class Level(enum.IntEnum):
+    HIGH = 2
+
 
 STOCK = PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode).pack
 ARGS = st.one_of(
@@ -50,6 +57,8 @@ def test_refusals_and_split_names_go_to_redis_py() -> None:
         with pytest.raises(redis.DataError):
             fast("SET", "k", bad)
     assert packed(fast, "CONFIG GET", "maxmemory") == packed(STOCK, "CONFIG", "GET", "maxmemory")
+    # hiredis refuses an IntEnum; redis-py writes its repr, and still does.
+    assert packed(fast, "SET", "k", Level.HIGH) == packed(STOCK, "SET", "k", Level.HIGH)
     with pytest.raises(UnicodeEncodeError):  # as redis-py's strict encoder: nothing is sent
         fast("SET", "k", "\udc80")
     with pytest.raises(ValueError, match="strict UTF-8"):

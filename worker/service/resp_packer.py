@@ -11,9 +11,9 @@ writes floats as ``repr`` does, as redis-py's encoder) packs the same bytes:
 2.93-4.76 with redis-py's packer (AMD EPYC, 2 cores, loaded by a compile beside it;
 ``ops/bench/worker_host.py`` measures the worker's whole step).
 
-Anything hiredis refuses (a bool, None, another type) and a command name with a space in it
-(``"CONFIG GET"``, which redis-py splits) go to redis-py's packer, so its errors (`DataError`)
-and splitting stay as they were.
+Anything hiredis refuses (a bool, None, an IntEnum, another type) and a command name with a
+space in it (``"CONFIG GET"``, which redis-py splits) go to redis-py's packer, so its errors
+(`DataError`), its encoding of those and its splitting stay as they were.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ class RespPacker:
         self._fallback = fallback
 
     def pack(self, *args: Any) -> list[Any]:
-        first = args[0]
-        if " " in first if type(first) is str else b" " in first:
+        name = args[0]
+        if (" " if isinstance(name, str) else b" ") in name:  # "CONFIG GET": redis-py splits it
             return self._fallback(*args)
         try:
             return [hiredis.pack_command(args)]
