@@ -160,11 +160,9 @@ at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t
                          if (rows >= kGemmMinRows && gguf_gemm_q8(xp, ldx, rows, wp, n, nb, f, op))
                              return;
                          thread_local Acts acts;  // reused: 121 calls a token on SmolLM2-135M
-                         switch (f) {
-                             case kQ8_0: q8_all<kQ8_0>(xp, ldx, acts, rows, wp, n, nb, op); break;
-                             case kQ4_1: q8_all<kQ4_1>(xp, ldx, acts, rows, wp, n, nb, op); break;
-                             default: q8_all<kQ4_0>(xp, ldx, acts, rows, wp, n, nb, op); break;
-                         }
+                         with_format(f, [&](auto F) {
+                             q8_all<decltype(F)::value>(xp, ldx, acts, rows, wp, n, nb, op);
+                         });
                      });
 }
 

@@ -164,11 +164,7 @@ void gemm(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n
 
 bool gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
                   int64_t nb, int64_t format, float* out) {
-    switch (format) {
-        case kQ8_0: gemm<kQ8_0>(x, ldx, rows, w, n, nb, out); break;
-        case kQ4_1: gemm<kQ4_1>(x, ldx, rows, w, n, nb, out); break;
-        default: gemm<kQ4_0>(x, ldx, rows, w, n, nb, out); break;
-    }
+    with_format(format, [&](auto F) { gemm<decltype(F)::value>(x, ldx, rows, w, n, nb, out); });
     return true;
 }
 constexpr bool kBuilt = true;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu_ops.h"
 
@@ -43,6 +44,17 @@ inline int64_t checked_blocks(const at::Tensor& blocks, int64_t format) {
     TORCH_CHECK(blocks.size(1) % block_bytes(format) == 0, "blocks rows must be whole ",
                 block_bytes(format), "-byte blocks");
     return blocks.size(1) / block_bytes(format);
+}
+
+// Calls fn(std::integral_constant<Format, F>{}) for the format `format` names (checked_blocks
+// admits these three): the one list of formats each kernel is instantiated for.
+template <class Fn>
+inline void with_format(int64_t format, Fn&& fn) {
+    switch (format) {
+        case kQ8_0: fn(std::integral_constant<Format, kQ8_0>{}); break;
+        case kQ4_1: fn(std::integral_constant<Format, kQ4_1>{}); break;
+        default: fn(std::integral_constant<Format, kQ4_0>{}); break;
+    }
 }
 
 // A block of x as 8-bit codes a = round(x / dx), dx = max|x| / 127, rounded to nearest even (the

@@ -137,11 +137,9 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
     return gguf_call(x, blocks, format, bias,
                      [](int64_t f, const float* xp, int64_t ldx, int64_t rows, const uint8_t* wp,
                         int64_t n, int64_t nb, float* op) {
-                         switch (f) {
-                             case kQ8_0: gguf_all<kQ8_0>(xp, ldx, rows, wp, n, nb, op); break;
-                             case kQ4_1: gguf_all<kQ4_1>(xp, ldx, rows, wp, n, nb, op); break;
-                             default: gguf_all<kQ4_0>(xp, ldx, rows, wp, n, nb, op); break;
-                         }
+                         with_format(f, [&](auto F) {
+                             gguf_all<decltype(F)::value>(xp, ldx, rows, wp, n, nb, op);
+                         });
                      });
 }
 
