@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from producer import InvalidJob, JobSpec, JobStatus, SamplingSpec
@@ -29,6 +31,7 @@ from producer.protocol import (
     event_fields,
     is_terminal,
     parse_event,
+    token_event_data,
 )
 from producer.requests import build_spec
 
@@ -261,3 +264,22 @@ def test_the_protocol_doc_quotes_the_scripts_exactly() -> None:
     blocks = re.findall(r"```lua\n(.*?)\n```", doc, flags=re.DOTALL)
     expected = [scripts.SUBMIT, scripts.CANCEL, scripts.CLAIM, scripts.RECLAIM]
     assert blocks == [s.strip() for s in expected]
+
+
+@given(
+    choice=st.integers(0, 127),
+    index=st.integers(0, 2**40),
+    # Any text a detokenizer can give: control characters, quotes, non-BMP, U+FFFD, U+2028.
+    text=st.text(st.characters(exclude_categories=("Cs",))),
+    token_ids=st.lists(st.integers(0, 2**31 - 1), max_size=8),
+)
+def test_token_event_data_is_the_models_json(
+    choice: int, index: int, text: str, token_ids: list[int]
+) -> None:
+    """The worker's per-token shortcut writes what the model would, character for character,
+    and reads back as that event."""
+    event = TokenEvent(choice=choice, index=index, text=text, token_ids=tuple(token_ids))
+    data = token_event_data(choice, index, text, token_ids)
+    assert data == event_fields(event)["data"]
+    read = parse_event("1-0", {"type": "token", "data": data})
+    assert read == event.model_copy(update={"event_id": "1-0"})

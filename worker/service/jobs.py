@@ -24,8 +24,9 @@ from producer.protocol import (
     TokenEvent,
     Usage,
     event_fields,
+    token_event_data,
 )
-from producer.status import FinishReason, JobState, StatusField
+from producer.status import EntryField, FinishReason, JobState, StatusField
 from producer.webhook_lua import Hook, webhook_args, webhook_keys
 from worker.engine.engine_request import EngineRequest
 from worker.engine.outputs import RequestOutput
@@ -36,6 +37,8 @@ from worker.service.token_texts import TokenTexts, wire_logprobs
 # Progress goes to the status hash every this many tokens, not at every token event: it
 # halves the commands per token (2.8 -> ~1.8 on 16 jobs); the terminal write is exact.
 STATUS_EVERY_TOKENS = 16
+# A token event's stream entry less its ``data``: what `event_fields` writes first.
+_TOKEN_ENTRY = (EntryField.TYPE, "token", EntryField.DATA)
 
 
 @dataclass(frozen=True)
@@ -86,18 +89,26 @@ class ChoiceStream:
             # The engine's abort and error end a job otherwise: a cancel, a deadline, a failure.
             self.finish_reason = reason if reason is not None and reason.ends_done else None
 
-    def take_event(self) -> TokenEvent:
-        logprobs = wire_logprobs(self.logprobs, self.texts) if self.logprobs else None
-        event = TokenEvent(
-            choice=self.choice,
-            index=self.next_index,
-            text="".join(self.text),
-            token_ids=tuple(self.ids),
-            logprobs=logprobs,
-        )
+    def take_event(self) -> str:
+        """The ``data`` of a token event of the tokens held (the JSON ``event_fields`` gives);
+        moves ``next_index`` past them."""
+        text = "".join(self.text)
+        if self.logprobs:
+            logprobs = wire_logprobs(self.logprobs, self.texts)
+            ids = tuple(self.ids)
+            event = TokenEvent(
+                choice=self.choice,
+                index=self.next_index,
+                text=text,
+                token_ids=ids,
+                logprobs=logprobs,
+            )
+            data = event_fields(event)[EntryField.DATA]
+        else:  # a token event's common case: no model built (`token_event_data`)
+            data = token_event_data(self.choice, self.next_index, text, self.ids)
         self.next_index += len(self.ids)
         self.ids, self.text, self.logprobs = [], [], []
-        return event
+        return data
 
 
 @dataclass
@@ -115,21 +126,26 @@ class ActiveJob:
     num_preemptions: int = 0  # times the engine freed its KV to make room (it resumes)
     finish_reason: FinishReason | None = None
     texts: TokenTexts | None = None  # the worker's, for the logprobs of a job that asks
+    # Kept as they change, not summed over the choices at each token: the service loop reads
+    # them once per streamed token (`on_output`).
+    num_published_tokens: int = field(init=False, default=0)  # over all choices
+    _num_running: int = field(init=False, default=0)  # choices the engine has not ended
+    _events_key: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
         n = self.job.request.params.n
         self.choices = [ChoiceStream(i, texts=self.texts) for i in range(n)]
         for choice, tokens in zip(self.choices, self.job.request.resume, strict=False):
             choice.next_index = len(tokens)
+        self.num_published_tokens = sum(c.next_index for c in self.choices)
+        self._num_running = n
+        self._events_key = self.keys.events(self.job.job_id)
         self.first_token_at = self.job.first_token_at
 
     @property
-    def num_published_tokens(self) -> int:
-        return sum(c.next_index for c in self.choices)
-
-    @property
     def finished(self) -> bool:
-        return all(c.ended for c in self.choices)
+        """Every choice ended."""
+        return self._num_running == 0
 
     def now(self) -> float:
         """This host's clock mapped onto Redis', so every timing uses one clock."""
@@ -139,6 +155,8 @@ class ActiveJob:
         """The commands for one step's output of one choice: maybe a token event, and the
         terminal event when it was the job's last running choice."""
         choice = self.choices[out.index]
+        if out.finished and not choice.ended:
+            self._num_running -= 1
         choice.add(out)
         self.num_cached_tokens = max(self.num_cached_tokens, out.num_cached_tokens)
         commands: list[Command] = []
@@ -158,12 +176,12 @@ class ActiveJob:
 
     def _token_event(self, choice: ChoiceStream) -> list[Command]:
         before = self.num_published_tokens
-        event = choice.take_event()
-        commands = [xadd(self.keys.events(self.job.job_id), event_fields(event))]
+        self.num_published_tokens = done = before + len(choice.ids)
+        data = choice.take_event()
+        commands = [Command("XADD", (self._events_key, "*", *_TOKEN_ENTRY, data))]
         first = self.first_token_at is None
         if first:
             self.first_token_at = self.now()
-        done = before + len(event.token_ids)  # what take_event moved ``choice`` on by
         if first or before // STATUS_EVERY_TOKENS != done // STATUS_EVERY_TOKENS:
             status = st.progress(done, self.first_token_at if first else None)
             commands.append(hset(self.keys.job(self.job.job_id), status))

@@ -1,9 +1,9 @@
-"""Publishes the model loop's events to Redis on its own thread, one pipeline per round trip.
+"""Publishes the model loop's events to Redis on its own thread, one transaction per round trip.
 
 The loop hands over each step's commands and goes on to the next step; this thread sends
-everything queued since its last round trip in one pipeline, so Redis latency overlaps the model
-and a slow Redis costs round trips, not steps. Commands run in the order they were queued, on
-one connection: a job's terminal event is written before its XACK.
+everything queued since its last round trip in one buffer (`redis_batch.send_batch`), so Redis
+latency overlaps the model and a slow Redis costs round trips, not steps. Commands run in the
+order they were queued, on one connection: a job's terminal event is written before its XACK.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 import structlog
+
+from worker.service.redis_batch import send_batch
 
 log = structlog.get_logger("paternoster.publisher")
 _STOP = None
@@ -115,12 +116,10 @@ class Publisher(threading.Thread):
             try:
                 if attempt and self._applied(marker):
                     break  # the lost reply was for a transaction that ran
-                pipe: Any = self._redis.pipeline(transaction=bool(self._marker_key))
-                for c in commands:
-                    pipe.execute_command(c.name, *c.args)
+                batch = [(c.name, *c.args) for c in commands]
                 if self._marker_key:
-                    pipe.set(self._marker_key, marker, ex=MARKER_TTL_S)
-                pipe.execute()
+                    batch.append(("SET", self._marker_key, marker, "EX", MARKER_TTL_S))
+                send_batch(self._redis, batch, transaction=bool(self._marker_key))
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 self.stats.retries += 1
                 delay = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
