@@ -46,6 +46,10 @@ What the wrappers cost: each reads the clock twice, and the per-request ones
 at batch 256 to the phases and the host total they time. ``--coarse`` leaves them out:
 ``host_ms`` is then the step's true host cost, and emit and detokenizing are counted in
 ``other``.
+
+``--stub-device`` (`host_stub.py`): the layers, the LM head and the sampler give fixed answers,
+so the step is the engine's host work alone, on caches the CPU forward did not evict; the
+fixed sampler's own cost (a list of ids) is in ``other``.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ops.bench.engine import environment, in_worker_thread, normal_token_ids
+from ops.bench.host_stub import stub_device_work
 from ops.bench.random_model import write_random_model
 from ops.bench.step_timer import StepTimer, instrumented
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
@@ -153,6 +158,8 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, 
         prompt = rng.choices(vocab, k=args.prompt_len)
         params = request_params(i, args, max_tokens)
         engine.add_prompt(f"r{i}", params=params, prompt_token_ids=prompt)
+    if args.stub_device:  # 997 ids (a prime): rows and steps get different tokens
+        stub_device_work(engine, random.Random(args.seed).sample(vocab, 997))
     loop = overlap_mode(engine.config, engine.device)
     return summarise(time_steps(engine, args, batch), batch, loop)
 
@@ -184,7 +191,7 @@ def summarise(timer: StepTimer, batch: int, loop: str) -> dict[str, Any]:
     # Scheduling, input preparation and output processing on the critical path: the step less
     # forward and sampling. In the thread mode the step is the caller's period, which the
     # step thread's compute and its idle time make up.
-    host = [s["step"] - s["forward"] - s["sample"] for s in timer.steps]
+    host = [s["step"] - s["forward"] - s.get("sample", 0.0) for s in timer.steps]
     if loop == "thread":  # the step thread's own host work, and its wait for the caller's
         host = [s.get("prepare", 0.0) + s.get("device_idle", 0.0) for s in timer.steps]
     off_path = OFF_PATH.get(loop, ())
@@ -252,6 +259,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="no per-request wrappers (step_timer.PER_ROW_PARTS): true host totals, "
         "emit and detokenize counted in other step glue",
+    )
+    p.add_argument(
+        "--stub-device",
+        action="store_true",
+        help="layers, LM head and sampler give fixed answers (host_stub.py): the host's own "
+        "work, without the CPU forward's 50 MB of logits evicting its caches (plain loop only)",
     )
     p.add_argument("--prompt-len", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)

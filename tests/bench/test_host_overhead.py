@@ -12,6 +12,7 @@ import torch
 from tests.bench.scripts import load_script
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.request_state import RequestState
+from worker.engine.sampling_params import SamplingParams
 
 
 def test_host_overhead_reports_every_phase_per_batch(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -96,3 +97,29 @@ def test_host_overhead_coarse_leaves_the_per_request_wrappers_out(
     assert ms["append"] == ms["detokenize"] == 0.0  # never timed
     assert ms["schedule"] > 0 and ms["resolve"] > 0 and ms["other"] > 0
     assert 0 < run["host_ms"] < ms["step"]
+
+
+def test_stub_device_runs_the_engines_host_on_fixed_answers(tiny_model_dir: Path) -> None:
+    """`host_stub.py`: the layers and the sampler are replaced, the rest of the step is the
+    engine's own: each row gets the next id of the cycle, in order, and is detokenized."""
+    bench, stub = load_script("host_overhead"), load_script("host_stub")
+    threads = torch.get_num_threads()
+    engine = bench.decode_batch_engine(tiny_model_dir, 3, 4, 4, threads)[0]
+    cycle = [300, 301, 302, 303, 304]
+    stub.stub_device_work(engine, cycle)
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    for i in range(3):
+        engine.add_prompt(f"r{i}", params=params, prompt_token_ids=[5, 6, 7, 8])
+    tokens: dict[str, list[int]] = {f"r{i}": [] for i in range(3)}
+    text = dict.fromkeys(tokens, "")
+    while engine.has_unfinished():
+        for out in engine.step():
+            tokens[out.request_id] += out.new_token_ids
+            text[out.request_id] += out.text_delta
+    # Step s gives row i cycle[(s + i) % 5]; the three prompts prefill together in step 0.
+    assert tokens == {f"r{i}": [cycle[(s + i) % 5] for s in range(3)] for i in range(3)}
+    assert text["r0"] == engine.tokenizer.decode([300, 301, 302])
+    assert engine.block_manager.num_free_blocks == engine.runner.num_blocks  # all freed
+    overlapped = bench.decode_batch_engine(tiny_model_dir, 1, 4, 4, 1, overlap_steps="thread")[0]
+    with pytest.raises(ValueError, match="overlap-steps off"):
+        stub.stub_device_work(overlapped, cycle)
