@@ -31,7 +31,7 @@ from producer.protocol import (
     event_fields,
     is_terminal,
     parse_event,
-    token_event_data,
+    token_event_entry,
 )
 from producer.requests import build_spec
 
@@ -273,13 +273,14 @@ def test_the_protocol_doc_quotes_the_scripts_exactly() -> None:
     text=st.text(st.characters(exclude_categories=("Cs",))),
     token_ids=st.lists(st.integers(0, 2**31 - 1), max_size=8),
 )
-def test_token_event_data_is_the_models_json(
+def test_token_event_entry_is_the_models_entry(
     choice: int, index: int, text: str, token_ids: list[int]
 ) -> None:
     """The worker's per-token shortcut writes what the model would, character for character,
     and reads back as that event."""
     event = TokenEvent(choice=choice, index=index, text=text, token_ids=tuple(token_ids))
-    data = token_event_data(choice, index, text, token_ids)
-    assert data == event_fields(event)["data"]
-    read = parse_event("1-0", {"type": "token", "data": data})
+    entry = token_event_entry(choice, index, text, token_ids)
+    fields = dict(zip(entry[::2], entry[1::2], strict=True))
+    assert fields == event_fields(event) and list(fields) == list(event_fields(event))
+    read = parse_event("1-0", fields)
     assert read == event.model_copy(update={"event_id": "1-0"})

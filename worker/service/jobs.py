@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 
 from producer import scripts
 from producer import status as st
@@ -24,9 +25,9 @@ from producer.protocol import (
     TokenEvent,
     Usage,
     event_fields,
-    token_event_data,
+    token_event_entry,
 )
-from producer.status import EntryField, FinishReason, JobState, StatusField
+from producer.status import FinishReason, JobState, StatusField
 from producer.webhook_lua import Hook, webhook_args, webhook_keys
 from worker.engine.engine_request import EngineRequest
 from worker.engine.outputs import RequestOutput
@@ -37,8 +38,6 @@ from worker.service.token_texts import TokenTexts, wire_logprobs
 # Progress goes to the status hash every this many tokens, not at every token event: it
 # halves the commands per token (2.8 -> ~1.8 on 16 jobs); the terminal write is exact.
 STATUS_EVERY_TOKENS = 16
-# A token event's stream entry less its ``data``: what `event_fields` writes first.
-_TOKEN_ENTRY = (EntryField.TYPE, "token", EntryField.DATA)
 
 
 @dataclass(frozen=True)
@@ -89,9 +88,9 @@ class ChoiceStream:
             # The engine's abort and error end a job otherwise: a cancel, a deadline, a failure.
             self.finish_reason = reason if reason is not None and reason.ends_done else None
 
-    def take_event(self) -> str:
-        """The ``data`` of a token event of the tokens held (the JSON ``event_fields`` gives);
-        moves ``next_index`` past them."""
+    def take_event(self) -> tuple[str, ...]:
+        """The stream entry of a token event of the tokens held, flat (``event_fields``' field,
+        value pairs); moves ``next_index`` past them."""
         text = "".join(self.text)
         if self.logprobs:
             logprobs = wire_logprobs(self.logprobs, self.texts)
@@ -103,12 +102,12 @@ class ChoiceStream:
                 token_ids=ids,
                 logprobs=logprobs,
             )
-            data = event_fields(event)[EntryField.DATA]
-        else:  # a token event's common case: no model built (`token_event_data`)
-            data = token_event_data(self.choice, self.next_index, text, self.ids)
+            entry = tuple(chain.from_iterable(event_fields(event).items()))
+        else:  # a token event's common case: no model built (`token_event_entry`)
+            entry = token_event_entry(self.choice, self.next_index, text, self.ids)
         self.next_index += len(self.ids)
         self.ids, self.text, self.logprobs = [], [], []
-        return data
+        return entry
 
 
 @dataclass
@@ -177,8 +176,8 @@ class ActiveJob:
     def _token_event(self, choice: ChoiceStream) -> list[Command]:
         before = self.num_published_tokens
         self.num_published_tokens = done = before + len(choice.ids)
-        data = choice.take_event()
-        commands = [Command("XADD", (self._events_key, "*", *_TOKEN_ENTRY, data))]
+        entry = choice.take_event()
+        commands = [Command("XADD", (self._events_key, "*", *entry))]
         first = self.first_token_at is None
         if first:
             self.first_token_at = self.now()
