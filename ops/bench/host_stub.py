@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from worker.engine.llm_engine import LLMEngine
+from worker.engine.overlap import overlap_mode
 from worker.engine.sampler import SamplerOutput
 from worker.engine.sampling_rows import SamplingRequest
 
@@ -43,7 +44,7 @@ class FixedSampler:
 def stub_device_work(engine: LLMEngine, token_ids: Sequence[int]) -> None:
     """Replace ``engine``'s forward, LM head and sampler (the plain loop's; not the overlapped
     loop's launcher, which holds its own)."""
-    if engine._overlap is not None:
+    if overlap_mode(engine.config, engine.device) != "off":
         raise ValueError("the stub replaces the plain loop's parts: use --overlap-steps off")
     runner = engine.runner
     hidden_size = engine.model_config.hidden_size
@@ -55,5 +56,5 @@ def stub_device_work(engine: LLMEngine, token_ids: Sequence[int]) -> None:
         return hidden[: input_ids.shape[0]]
 
     runner.model = forward  # type: ignore[assignment]
-    runner.compute_logits = lambda rows: logits[: rows.shape[0]]  # type: ignore[method-assign]
+    runner.compute_logits = lambda rows: logits[: rows.shape[0]]  # type: ignore[assignment]
     engine.sampler = FixedSampler(token_ids)  # type: ignore[assignment]
