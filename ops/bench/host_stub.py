@@ -25,6 +25,7 @@ from worker.engine.llm_engine import LLMEngine
 from worker.engine.overlap import overlap_mode
 from worker.engine.sampler import SamplerOutput
 from worker.engine.sampling_rows import SamplingRequest
+from worker.models.config import ModelConfig
 
 
 class FixedSampler:
@@ -41,20 +42,25 @@ class FixedSampler:
         return SamplerOutput([ids[(step + i) % n] for i in range(rows)], [None] * rows)
 
 
+class ZeroLayers:
+    """The model's call with no work: zero hidden states. Its ``config`` stays the real
+    model's (the runner reads the vocabulary size from it for a step that samples nothing)."""
+
+    def __init__(self, config: ModelConfig, max_tokens: int) -> None:
+        self.config = config
+        self._hidden = torch.zeros(max_tokens, config.hidden_size)
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return self._hidden[: input_ids.shape[0]]
+
+
 def stub_device_work(engine: LLMEngine, token_ids: Sequence[int]) -> None:
     """Replace ``engine``'s forward, LM head and sampler (the plain loop's; not the overlapped
     loop's launcher, which holds its own)."""
     if overlap_mode(engine.config, engine.device) != "off":
         raise ValueError("the stub replaces the plain loop's parts: use --overlap-steps off")
-    runner = engine.runner
-    hidden_size = engine.model_config.hidden_size
-    max_rows = engine.config.scheduler.max_num_batched_tokens
-    hidden = torch.zeros(max_rows, hidden_size)
-    logits = torch.zeros(engine.config.scheduler.max_num_seqs, engine.model_config.vocab_size)
-
-    def forward(input_ids: torch.Tensor, positions: torch.Tensor, ctx: Any) -> torch.Tensor:
-        return hidden[: input_ids.shape[0]]
-
-    runner.model = forward  # type: ignore[assignment]
+    runner, scheduler = engine.runner, engine.config.scheduler
+    runner.model = ZeroLayers(engine.model_config, scheduler.max_num_batched_tokens)  # type: ignore[assignment]
+    logits = torch.zeros(scheduler.max_num_seqs, engine.model_config.vocab_size)
     runner.compute_logits = lambda rows: logits[: rows.shape[0]]  # type: ignore[assignment]
     engine.sampler = FixedSampler(token_ids)  # type: ignore[assignment]

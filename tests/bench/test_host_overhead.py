@@ -107,6 +107,10 @@ def test_stub_device_runs_the_engines_host_on_fixed_answers(tiny_model_dir: Path
     engine = bench.decode_batch_engine(tiny_model_dir, 3, 4, 4, threads)[0]
     cycle = [300, 301, 302, 303, 304]
     stub.stub_device_work(engine, cycle)
+    # A step that samples nothing (a prompt's first chunk) reads the vocabulary from it.
+    assert engine.runner.model.config is engine.model_config
+    engine.add_prompt("first", params=SamplingParams(max_tokens=1), prompt_token_ids=[5, 6])
+    assert [(out.request_id, out.new_token_ids) for out in engine.step()] == [("first", (300,))]
     params = SamplingParams(max_tokens=3, ignore_eos=True)
     for i in range(3):
         engine.add_prompt(f"r{i}", params=params, prompt_token_ids=[5, 6, 7, 8])
@@ -116,9 +120,9 @@ def test_stub_device_runs_the_engines_host_on_fixed_answers(tiny_model_dir: Path
         for out in engine.step():
             tokens[out.request_id] += out.new_token_ids
             text[out.request_id] += out.text_delta
-    # Step s gives row i cycle[(s + i) % 5]; the three prompts prefill together in step 0.
-    assert tokens == {f"r{i}": [cycle[(s + i) % 5] for s in range(3)] for i in range(3)}
-    assert text["r0"] == engine.tokenizer.decode([300, 301, 302])
+    # The sampler's call s gives row i cycle[(s + i) % 5]; the first request's was call 0.
+    assert tokens == {f"r{i}": [cycle[(1 + s + i) % 5] for s in range(3)] for i in range(3)}
+    assert text["r0"] == engine.tokenizer.decode([301, 302, 303])
     assert engine.block_manager.num_free_blocks == engine.runner.num_blocks  # all freed
     overlapped = bench.decode_batch_engine(tiny_model_dir, 1, 4, 4, 1, overlap_steps="thread")[0]
     with pytest.raises(ValueError, match="overlap-steps off"):
