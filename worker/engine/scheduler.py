@@ -277,9 +277,10 @@ class Scheduler:
         bm = self.block_manager
         # Only a step that fills a block has one to cache: 1 in 16 decode steps of a row.
         block_size = bm.block_size if bm.prefix_cache is not None else 0
-        # Output tokens by tenant, charged once a step, not once a row: with the check above,
-        # the update of a 256-row decode step took 0.12 ms against 0.16 (`host_overhead.py
-        # --stub-device`, Zen 4).
+        # Output tokens by tenant, charged once a step, not once a row: with the check above
+        # (`cache_full_blocks` repeats it; here it saves the call for 15 of 16 rows), the update
+        # of a 256-row decode step took 0.11 ms against 0.17-0.18 (`host_overhead.py
+        # --stub-device`, Zen 4, BENCHMARKS.md).
         sampled: Counter[str] = Counter()
         for item in output.scheduled:
             seq = running.get(item.seq_id)
