@@ -47,9 +47,14 @@ at batch 256 to the phases and the host total they time. ``--coarse`` leaves the
 ``host_ms`` is then the step's true host cost, and emit and detokenizing are counted in
 ``other``.
 
-``--stub-device`` (`host_stub.py`): the layers, the LM head and the sampler give fixed answers,
-so the step is the engine's host work alone, on caches the CPU forward did not evict; the
-fixed sampler's own cost (a list of ids) is in ``other``.
+``--stub-device`` (`host_stub.py`): the layers, the LM head and the sampler's ids are fixed
+answers, so the step is the engine's host work alone, on caches the CPU forward did not evict;
+the fixed ids' own cost (a tensor of ids) is in ``sample``. ``--device-ms D`` adds a model of a
+device whose step takes D ms, run as CUDA runs it (`host_stub.StubDevice`: the forward enqueues,
+the host sleeps where it reads the ids). ``device_idle`` is then that device's idle time between
+two steps, and ``host_ms`` is that: the host's work on the critical path, in any loop. With
+``--overlap-steps async`` (the GPU's default loop) it is what of the host's work a GPU of that
+step time would wait for. Use ``--clock wall``: the device's time passes asleep.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ops.bench.engine import environment, in_worker_thread, normal_token_ids
-from ops.bench.host_stub import stub_device_work
+from ops.bench.host_stub import StubDevice, stub_device_work
 from ops.bench.random_model import write_random_model
 from ops.bench.step_timer import StepTimer, instrumented
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
@@ -95,7 +100,7 @@ PHASES = (
     ("detokenize", "  of which detokenize"),
     ("other", "other step glue"),
     ("wait", "caller waits for the step thread"),
-    ("device_idle", "step thread idle between computes"),
+    ("device_idle", "device idle between steps (--device-ms: the stub's; else the step thread's)"),
 )
 # What runs after the next step was launched, while it computes, by loop; on the CPU the async
 # launch runs the step's ops as they are called, so only the thread mode hides anything.
@@ -159,13 +164,19 @@ def measure(args: argparse.Namespace, model_dir: Path, batch: int) -> dict[str, 
         params = request_params(i, args, max_tokens)
         engine.add_prompt(f"r{i}", params=params, prompt_token_ids=prompt)
     if args.stub_device:  # 997 ids (a prime): rows and steps get different tokens
-        stub_device_work(engine, random.Random(args.seed).sample(vocab, 997))
+        ids = random.Random(args.seed).sample(vocab, 997)
+        device = stub_device_work(engine, ids, device_s=args.device_ms / 1e3)
+    else:
+        device = None
     loop = overlap_mode(engine.config, engine.device)
-    return summarise(time_steps(engine, args, batch), batch, loop)
+    return summarise(time_steps(engine, args, batch, device), batch, loop, device is not None)
 
 
-def time_steps(engine: LLMEngine, args: argparse.Namespace, batch: int) -> StepTimer:
-    """Step until ``args.steps`` all-decode steps (after ``args.warmup`` of them) are timed."""
+def time_steps(
+    engine: LLMEngine, args: argparse.Namespace, batch: int, device: StubDevice | None = None
+) -> StepTimer:
+    """Step until ``args.steps`` all-decode steps (after ``args.warmup`` of them) are timed;
+    with a stub ``device``, its idle time in each call is the call's ``device_idle``."""
     clock = CLOCKS[args.clock]
     timer = StepTimer(clock)
     steady = 0  # consecutive steps in which every request decodes
@@ -178,13 +189,18 @@ def time_steps(engine: LLMEngine, args: argparse.Namespace, batch: int) -> StepT
             # loop returns the step before; its steady state starts one call later).
             all_decode = len(engine.scheduler.running) == batch == engine.last_num_batched_tokens
             steady = steady + 1 if all_decode else 0
+            kept = len(timer.steps)
             timer.end_step(step_s, keep=steady > args.warmup)
+            if device is not None:
+                idle_s = device.take_idle()
+                if len(timer.steps) > kept:  # the device's measure, not the step thread's
+                    timer.steps[-1]["device_idle"] = idle_s
             if not engine.has_unfinished():
                 raise RuntimeError("requests finished before the timed steps were done")
     return timer
 
 
-def summarise(timer: StepTimer, batch: int, loop: str) -> dict[str, Any]:
+def summarise(timer: StepTimer, batch: int, loop: str, device: bool = False) -> dict[str, Any]:
     keys = [k for k, _ in PHASES] + ["step"]
     ms = {k: 1e3 * statistics.median(s.get(k, 0.0) for s in timer.steps) for k in keys}
     named = [step_s["step"] - step_s["other"] for step_s in timer.steps]
@@ -194,6 +210,8 @@ def summarise(timer: StepTimer, batch: int, loop: str) -> dict[str, Any]:
     host = [s["step"] - s["forward"] - s.get("sample", 0.0) for s in timer.steps]
     if loop == "thread":  # the step thread's own host work, and its wait for the caller's
         host = [s.get("prepare", 0.0) + s.get("device_idle", 0.0) for s in timer.steps]
+    if device:  # what the stub device waited for, whatever the loop
+        host = [s.get("device_idle", 0.0) for s in timer.steps]
     off_path = OFF_PATH.get(loop, ())
     return {
         "batch": batch,
@@ -226,7 +244,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     lines += [
         row(
-            "**host on the critical path** (thread: prepare + idle; else step - forward - sample)",
+            "**host on the critical path** (--device-ms: device idle; thread: prepare + idle; "
+            "else step - forward - sample)",
             [f"**{r['host_ms']:.2f}**" for r in runs],
         ),
         row("**step**", [f"**{r['median_ms']['step']:.2f}**" for r in runs]),
@@ -263,8 +282,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--stub-device",
         action="store_true",
-        help="layers, LM head and sampler give fixed answers (host_stub.py): the host's own "
-        "work, without the CPU forward's 50 MB of logits evicting its caches (plain loop only)",
+        help="layers, LM head and sampled ids are fixed answers (host_stub.py): the host's own "
+        "work, without the CPU forward's 50 MB of logits evicting its caches",
+    )
+    p.add_argument(
+        "--device-ms",
+        type=float,
+        default=0.0,
+        help="with --stub-device: a device whose step takes this long (host_stub.StubDevice); "
+        "host_ms is its idle time per step",
     )
     p.add_argument("--prompt-len", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
@@ -280,6 +306,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     if args.clock == "thread" and args.overlap_steps == "thread":
         raise SystemExit("--clock thread times one thread: not the thread loop's two")
+    if args.device_ms and (not args.stub_device or args.clock != "wall"):
+        raise SystemExit("--device-ms models the stubbed device's step: --stub-device --clock wall")
     runs = [in_worker_thread(functools.partial(measure, args, model_dir, b)) for b in args.batches]
     config = {k: v for k, v in vars(args).items() if k not in ("out", "model", "tokenizer")}
     return {"config": config, "environment": environment(args.threads), "batches": runs}

@@ -123,7 +123,8 @@ def instrumented(engine: LLMEngine, timer: StepTimer, per_row: bool = True) -> I
         (engine.runner, "prepare", "prepare"),
         (engine.runner, "run", "run"),
         (Sampler, "__call__", "sample"),  # the plain loop's and the step thread's
-        (Sampler, "sample_ids", "sample"),  # the async launch's (inside __call__ otherwise)
+        # The async launch's (inside __call__ otherwise); the instance's: a stub replaces it there.
+        (engine.sampler, "sample_ids", "sample"),
         (InFlight, "result", "wait"),  # for the step thread; on the CPU's async, a tolist
         (OverlapLoop, "_resolve", "resolve"),  # tokens joined and length/EOS ends, pre-launch
     ]
@@ -131,6 +132,8 @@ def instrumented(engine: LLMEngine, timer: StepTimer, per_row: bool = True) -> I
         parts += PER_ROW_PARTS
     loop = engine._overlap
     originals = [getattr(obj, attr) for obj, attr, _ in parts]
+    # An instance's method comes from its class: on exit the wrapper goes, not a bound copy.
+    own = [isinstance(obj, type) or attr in vars(obj) for obj, attr, _ in parts]
     for (obj, attr, phase), fn in zip(parts, originals, strict=True):
         setattr(obj, attr, timer.timed(phase, fn))
     if loop is not None:
@@ -138,8 +141,11 @@ def instrumented(engine: LLMEngine, timer: StepTimer, per_row: bool = True) -> I
     try:
         yield
     finally:
-        for (obj, attr, _), fn in zip(parts, originals, strict=True):
-            setattr(obj, attr, fn)
+        for (obj, attr, _), fn, kept in zip(parts, originals, own, strict=True):
+            if kept:
+                setattr(obj, attr, fn)
+            else:
+                delattr(obj, attr)
         if loop is not None:
             del loop.launcher._compute  # the instance attribute: the class's method again
 

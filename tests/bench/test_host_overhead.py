@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -124,6 +126,77 @@ def test_stub_device_runs_the_engines_host_on_fixed_answers(tiny_model_dir: Path
     assert tokens == {f"r{i}": [cycle[(1 + s + i) % 5] for s in range(3)] for i in range(3)}
     assert text["r0"] == engine.tokenizer.decode([301, 302, 303])
     assert engine.block_manager.num_free_blocks == engine.runner.num_blocks  # all freed
-    overlapped = bench.decode_batch_engine(tiny_model_dir, 1, 4, 4, 1, overlap_steps="thread")[0]
-    with pytest.raises(ValueError, match="overlap-steps off"):
-        stub.stub_device_work(overlapped, cycle)
+
+
+@pytest.mark.parametrize("loop", ["async", "thread"])
+def test_stub_device_runs_the_overlapped_loops_as_the_plain_one(
+    tiny_model_dir: Path, loop: str
+) -> None:
+    """The stub replaces the parts the overlapped loops' launcher uses too: the same ids per
+    sampler call, so the same tokens and text as the plain loop; with a stub device, too."""
+    bench, stub = load_script("host_overhead"), load_script("host_stub")
+    switch_s = sys.getswitchinterval()
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    cycle = [300, 301, 302, 303, 304, 305, 306]
+    got = {}
+    try:
+        for mode, device_s in (("off", 0.0), (loop, 0.0), (loop, 0.002)):
+            engine = bench.decode_batch_engine(tiny_model_dir, 3, 4, 4, 1, overlap_steps=mode)[0]
+            device = stub.stub_device_work(engine, cycle, device_s)
+            assert (device is None) == (device_s == 0)
+            for i in range(3):
+                engine.add_prompt(f"r{i}", params=params, prompt_token_ids=[5, 6, 7, 8])
+            got[mode, device_s] = _collect(engine)
+    finally:
+        sys.setswitchinterval(switch_s)
+    assert got["off", 0.0] == got[loop, 0.0] == got[loop, 0.002]
+    assert all(len(ids) == 4 for ids, _ in got["off", 0.0].values())
+
+
+def _collect(engine: Any) -> dict[str, tuple[list[int], str]]:
+    ids: dict[str, list[int]] = {}
+    text: dict[str, str] = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            ids.setdefault(out.request_id, []).extend(out.new_token_ids)
+            text[out.request_id] = text.get(out.request_id, "") + out.text_delta
+    return {rid: (ids[rid], text[rid]) for rid in ids}
+
+
+def test_stub_device_runs_steps_one_after_another_and_counts_its_idle_time() -> None:
+    stub = load_script("host_stub")
+    device = stub.StubDevice(0.004)
+    device.launch()
+    first_end = device.free_at
+    device.launch()  # queued behind the first: starts when it ends, no idle time between
+    assert device.free_at == pytest.approx(first_end + 0.004)
+    assert device.take_idle() == 0.0
+    device.wait(device.free_at)
+    assert time.perf_counter() >= device.free_at
+    time.sleep(0.02)
+    device.launch()  # the device sat idle from the second step's end until now
+    assert device.take_idle() >= 0.02
+    assert device.take_idle() == 0.0  # taken once
+    ids = stub.FixedIds([7, 8], device)(torch.zeros(3, 5), [None] * 3)
+    assert ids.done_at == device.free_at
+    assert ids.tolist() == [7, 8, 7] and time.perf_counter() >= device.free_at
+
+
+def test_host_overhead_device_ms_reports_the_stub_devices_idle_time(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """With ``--device-ms`` the host on the critical path is the stub device's idle time: in
+    the plain loop the device waits for all of the host's work after each step; in the async
+    loop the calls take no less than the device's steps, which run one after another."""
+    bench = load_script("host_overhead")
+    args = ["--batches", "4", "--steps", "4", "--warmup", "1", "--shape", "tiny", "--coarse"]
+    args += ["--tokenizer", str(tiny_model_dir), "--out", str(tmp_path / "host.json")]
+    args += ["--threads", str(torch.get_num_threads()), "--stub-device", "--device-ms", "3"]
+    (plain,) = bench.main([*args, "--overlap-steps", "off"])["batches"]
+    (overlapped,) = bench.main([*args, "--overlap-steps", "async"])["batches"]
+    assert plain["host_ms"] == plain["median_ms"]["device_idle"] > 0
+    assert overlapped["host_ms"] == overlapped["median_ms"]["device_idle"]
+    # Consecutive calls span the device's steps, which run back to back, D each.
+    assert sum(overlapped["step_ms_all"]) >= (len(overlapped["step_ms_all"]) - 1) * 3.0
+    with pytest.raises(SystemExit, match="--stub-device --clock wall"):
+        bench.main([*args, "--clock", "thread"])

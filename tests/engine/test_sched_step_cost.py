@@ -93,6 +93,8 @@ def _item(num_computed: int, num_new: int) -> ScheduledSequence:
 def test_features_of_a_step_count_decodes_prefill_and_context() -> None:
     f = StepFeatures.of([_item(99, 1), _item(9, 1), _item(1536, 512)])
     assert f == StepFeatures(num_decodes=2, num_prefill_tokens=512, num_context_tokens=2158)
+    step = SchedulerOutput((_item(99, 1), _item(9, 1), _item(1536, 512)), 514, ())
+    assert StepFeatures.of_step(step) == f  # from the counts the step keeps
 
 
 def test_the_timer_feeds_the_interval_between_schedules_but_not_an_idle_one() -> None:

@@ -53,6 +53,9 @@ def test_a_step_puts_decodes_first_in_running_order_with_their_tokens_and_blocks
         ScheduledSequence("r", (104, 105, 106), 4, (1,), False, chunk.seq_id),
     )
     assert out.num_batched_tokens == 5 and out.num_decodes == 2 and out.preempted_ids == ("r",)
+    assert out.num_context_tokens == (5 + 1) + (2 + 1) + (4 + 3)  # computed + new, per row
+    # Counted in the pass that built it, as the constructor counts them from the rows.
+    assert out == SchedulerOutput(out.scheduled, 5, ("r",))
     first.block_ids.append(9)  # the step holds a copy of the table
     assert out.scheduled[0].block_ids == (2, 3) and out.scheduled[2].num_scheduled_tokens == 3
 

@@ -29,6 +29,7 @@ from worker.models.config import ModelConfig
 
 log = structlog.get_logger("paternoster.engine")
 _COMPUTED = attrgetter("num_computed_tokens")
+_REQUEST_ID, _SEQ_ID = attrgetter("request_id"), attrgetter("seq_id")
 
 
 @dataclass(frozen=True)
@@ -226,8 +227,8 @@ class ModelRunner:
             ctx = StepContext(meta=step.meta, backend=self.backend, kv_caches=self.kv_caches)
             hidden = self.model(step.input_ids, step.positions, ctx)
         sampling = [s for s in items if s.samples]
-        request_ids = tuple(s.request_id for s in sampling)
-        seq_ids = tuple(s.seq_id for s in sampling)
+        request_ids = tuple(map(_REQUEST_ID, sampling))
+        seq_ids = tuple(map(_SEQ_ID, sampling))
         if not sampling:
             empty = hidden.new_empty((0, self.model.config.vocab_size)).float()
             return RunnerOutput(request_ids, empty, seq_ids)

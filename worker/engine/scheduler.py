@@ -163,7 +163,8 @@ class Scheduler:
         oldest = chunks[0] if chunks else None  # admission order: the longest-running prefill
         if allowance is not None:  # the most urgent prefill first (the oldest keeps its floor)
             chunks.sort(key=self.aging.key)
-        self._plan_running(decodes + chunks, plan, preempted, allowance, oldest)
+        self._plan_decodes(decodes, plan, preempted)
+        self._plan_running(chunks, plan, preempted, allowance, oldest)
         self._blocked = None
         if not preempted:
             self._blocked = self.admission.admit(
@@ -204,6 +205,27 @@ class Scheduler:
         if not self.lane.open(self.waiting):
             return None
         return self.waiting.head(self.admission.capped_tenants())
+
+    def _plan_decodes(
+        self, decodes: list[Sequence], plan: StepPlan, preempted: list[Sequence]
+    ) -> None:
+        """`_plan_running` of running decodes not under the batch bound: what it does for a row
+        of one token, in one loop of its own. Most steps are only this: at 256 rows the general
+        loop's per-row tests cost ~0.05 ms a step."""
+        bm, budget = self.block_manager, plan.token_budget
+        running = SequenceStatus.RUNNING
+        for seq in decodes:
+            # Only `_make_room` lowers the plan's sum, for a row it plans, so at the budget
+            # no later row fits either.
+            if plan.num_tokens >= budget:
+                return
+            if seq.status is not running:  # preempted for an earlier row of this step
+                continue
+            if not bm.has_slots(seq, 1):  # 1 step in 16 with 16-token blocks
+                if not self._make_room(seq, 1, plan, preempted):
+                    continue
+                bm.allocate(seq, 1)
+            plan.add(seq, 1)
 
     def _plan_running(
         self,

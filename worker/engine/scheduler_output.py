@@ -40,6 +40,18 @@ class SchedulerOutput:
     scheduled: tuple[ScheduledSequence, ...]
     num_batched_tokens: int  # sum of num_scheduled_tokens; never above the step budget
     preempted_ids: tuple[str, ...]  # sequences whose blocks were freed this step
+    # Counted by `build` in its one pass over the rows (-1: count them here). The runner reads
+    # the first twice a step and the step-cost model both: three more passes over 256 rows.
+    num_decodes: int = -1  # the leading sequences with one token
+    num_context_tokens: int = -1  # K/V positions attention reads: sum of computed + new
+
+    def __post_init__(self) -> None:
+        if self.num_decodes < 0:
+            decodes = sum(1 for s in self.scheduled if len(s.token_ids) == 1)
+            object.__setattr__(self, "num_decodes", decodes)
+        if self.num_context_tokens < 0:
+            context = sum(s.num_computed_tokens + len(s.token_ids) for s in self.scheduled)
+            object.__setattr__(self, "num_context_tokens", context)
 
     @classmethod
     def build(
@@ -48,7 +60,7 @@ class SchedulerOutput:
         """The step for ``planned`` (sequence, tokens to compute), decodes first."""
         decodes: list[ScheduledSequence] = []
         chunks: list[ScheduledSequence] = []
-        num_batched_tokens = 0
+        num_batched_tokens = context = 0
         for seq, n in planned:
             ids, start = seq.token_ids, seq.num_computed_tokens
             end = start + n
@@ -62,16 +74,15 @@ class SchedulerOutput:
             )
             (decodes if n == 1 else chunks).append(item)  # decodes first, in running order
             num_batched_tokens += n
+            context += end
         return cls(
             scheduled=tuple(decodes + chunks),
             num_batched_tokens=num_batched_tokens,
             preempted_ids=tuple(s.request_id for s in preempted),
+            num_decodes=len(decodes),
+            num_context_tokens=context,
         )
 
     @property
     def is_empty(self) -> bool:
         return not self.scheduled
-
-    @property
-    def num_decodes(self) -> int:
-        return sum(1 for s in self.scheduled if len(s.token_ids) == 1)

@@ -56,6 +56,12 @@ class StepFeatures(NamedTuple):
                 prefill += n
         return cls(decodes, prefill, context)
 
+    @classmethod
+    def of_step(cls, output: SchedulerOutput) -> StepFeatures:
+        """``of(output.scheduled)`` from the counts the output keeps: no pass over its rows."""
+        decodes = output.num_decodes
+        return cls(decodes, output.num_batched_tokens - decodes, output.num_context_tokens)
+
 
 @dataclass(frozen=True)
 class StepCost:
@@ -160,4 +166,4 @@ class StepTimer:
 
     def planned(self, output: SchedulerOutput, now_s: float) -> None:
         if not output.is_empty:
-            self._last = (StepFeatures.of(output.scheduled), now_s)
+            self._last = (StepFeatures.of_step(output), now_s)
