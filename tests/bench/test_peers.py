@@ -167,3 +167,18 @@ def test_vllm_default_is_auto_bind_with_compile(
     assert default[default.index("--bind") + 1] == "auto" and "--compile" in default
     assert bound[bound.index("--bind") + 1] == "0-1" and "--compile" not in bound
     assert default[default.index("--rounds") + 1] == "2"
+
+
+def test_vllm_auto_dtype_runs_vllms_own_choice_on_the_float32_export(
+    peers: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--vllm-dtype auto`` (the default): vLLM picks the dtype, from the float32 export."""
+    import export_hf
+
+    monkeypatch.setattr(export_hf, "export", lambda dtype: tmp_path / f"hf-{dtype}")
+    assert peers.parse_args([]).vllm_dtype == "auto"
+    for dtype, export in (("auto", "float32"), ("bfloat16", "bfloat16")):
+        args = argparse.Namespace(threads=2, vllm_dtype=dtype, rounds=1)
+        argv = peers.peer_args(peers.PEERS["vllm-compile"], args, tmp_path / "w.json")
+        assert argv[argv.index("--dtype") + 1] == dtype
+        assert argv[argv.index("--model") + 1] == str(tmp_path / f"hf-{export}")

@@ -75,7 +75,10 @@ def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list
 
         binds = {"vllm-nobind": "nobind", "vllm-default": "auto"}
         bind = binds.get(peer.name, f"0-{args.threads - 1}")
-        model = export(dtype=args.vllm_dtype)
+        # "auto" is vLLM's own choice from the checkpoint's float32 (`vllm_cpu.py`): the
+        # float32 export, as a user's float32 checkpoint would be.
+        dtype = args.vllm_dtype
+        model = export(dtype="float32" if dtype == "auto" else dtype)
         compile_ = ["--compile"] if peer.name in ("vllm-compile", "vllm-default") else []
         return [
             *common,
@@ -84,7 +87,7 @@ def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list
             "--bind",
             bind,
             "--dtype",
-            args.vllm_dtype,
+            dtype,
             "--rounds",
             str(getattr(args, "rounds", 1)),
             *compile_,

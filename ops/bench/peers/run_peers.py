@@ -213,7 +213,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    p.add_argument("--vllm-dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument(
+        "--vllm-dtype",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="auto: vLLM's default (bfloat16 on x86 for this float32 model); float32: ours' "
+        "arithmetic, for greedy parity",
+    )
     p.add_argument(
         "--llamacpp-no-repack",
         action="store_true",

@@ -41,7 +41,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--model", type=Path, required=True, help="a Hugging Face directory")
     p.add_argument("--bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND: 0-1, nobind, auto")
     p.add_argument("--kv-cache-gib", type=int, default=2, help="VLLM_CPU_KVCACHE_SPACE")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    # auto: vLLM's default. On an x86 CPU it computes a float32 checkpoint in bfloat16 (vLLM
+    # 0.32 `_resolve_auto_dtype`: float32 is downcast to the platform's first supported dtype).
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
     p.add_argument("--max-num-seqs", type=int, help="default: vLLM's")
     p.add_argument("--max-num-batched-tokens", type=int, help="default: vLLM's")
     p.add_argument(
@@ -117,6 +119,7 @@ def run_config(args: argparse.Namespace, llm: Any) -> dict[str, Any]:
         "bind": args.bind,
         "kv_cache_gib": args.kv_cache_gib,
         "dtype": args.dtype,
+        "model_dtype": str(llm.llm_engine.vllm_config.model_config.dtype),  # what auto chose
         "enforce_eager": not args.compile,
         "max_num_seqs": scheduler.max_num_seqs,
         "max_num_batched_tokens": scheduler.max_num_batched_tokens,
