@@ -26,13 +26,15 @@ OUR_DTYPES: dict[str, str | None] = {
     "ours": None,
     "ours-fp32": None,
     "ours-a8": None,
+    "ours-abf16": None,
     "ours-bf16": "bfloat16",
 }
 # ours-fp32: the GGUF's blocks dequantized to fp32 at load (exact HF parity), against "ours",
 # which takes the engine's default (`auto`: the file's own blocks for a quantized GGUF on the CPU).
 OUR_QUANTIZATION: dict[str, Any] = {"ours-fp32": "none"}  # one of EngineConfig.quantization's
 # ours-a8: the default's blocks with x rounded to 8 bits (`--quant-activations int8`).
-OUR_ACTIVATIONS: dict[str, Any] = {"ours-a8": "int8"}  # one of EngineConfig.quant_activations'
+# ours-abf16: the default's blocks with steps of 48+ rows multiplied in bf16 (`bfloat16`).
+OUR_ACTIVATIONS: dict[str, Any] = {"ours-a8": "int8", "ours-abf16": "bfloat16"}
 
 
 def add_engine_arguments(

@@ -11,7 +11,9 @@ Formats: ``fp32`` (``--quantization none``: the file's blocks dequantized at loa
 same weight values as ``q4_1``), ``q4_1`` (``gguf``: the file's own blocks), ``q8_0`` (the
 fp32 weights quantized again to Q8_0 blocks by the gguf package), ``q4_1_a8`` (``gguf`` with
 ``--quant-activations int8``, here at every row count: every x rounded to 8 bits a block, as
-llama.cpp does; the engine rounds only steps of 1-2 rows) and ``int8`` (``int8``).
+llama.cpp does), ``q4_1_abf16`` (``gguf`` with ``--quant-activations bfloat16``: a window's 512
+rows are past its row threshold, so every projection's x and weight are rounded to bf16; the
+tied Q8_0 head stays exact, as in the engine) and ``int8`` (``int8``).
 The bundled file is the only copy of the model here: there is no original bf16 checkpoint, so
 fp32 is the Q4_1 model's own values and every other format is measured against it.
 """
@@ -37,7 +39,7 @@ from worker.models.base import CausalLM, StepContext
 from worker.models.loader import load_model, load_tokenizer, resolve_model_dir
 
 BLOCK = 16
-FORMATS = ("fp32", "q4_1", "q4_1_a8", "q8_0", "int8")
+FORMATS = ("fp32", "q4_1", "q4_1_a8", "q4_1_abf16", "q8_0", "int8")
 
 
 def fixed_text() -> str:
@@ -48,9 +50,9 @@ def fixed_text() -> str:
 
 def model_of(fmt: str, model_dir: Path) -> CausalLM:
     cpu = torch.device("cpu")
-    mode = {"fp32": "none", "q4_1": "gguf", "q4_1_a8": "gguf", "int8": "int8", "q8_0": "none"}
-    activations = "int8" if fmt == "q4_1_a8" else "float32"
-    model = load_model(model_dir, torch.float32, cpu, mode[fmt], None, activations)
+    mode = {"fp32": "none", "int8": "int8", "q8_0": "none"}.get(fmt, "gguf")
+    activations = {"q4_1_a8": "int8", "q4_1_abf16": "bfloat16"}.get(fmt, "float32")
+    model = load_model(model_dir, torch.float32, cpu, mode, None, activations)
     if fmt == "q8_0":
         requantize_q8_0(model)
     if fmt == "q4_1_a8":

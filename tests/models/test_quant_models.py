@@ -174,6 +174,44 @@ def test_int8_activations_take_gguf_blocks_only(tiny_model_dir: Path, arch: str 
     assert EngineConfig().quant_activations == "float32"
 
 
+def test_bfloat16_activations_multiply_many_row_steps_in_bf16() -> None:
+    """``--quant-activations bfloat16``: from `BF16_GEMM_MIN_ROWS` rows x and the dequantized
+    weight are rounded to bf16 (fp32 out, bias added in fp32); fewer rows stay exact; int8
+    weights and float32 activations never round."""
+    import gguf
+
+    from kernels import cpu_ops
+    from kernels import quant_reference as qr
+
+    ops = cpu_ops.load(None)
+    assert ops is not None
+    w = torch.randn(70, 96)
+    blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
+    weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
+    bias = torch.randn(70)
+    linear = quant.QuantLinear(weight, bias)
+    quant.attach(weight, ops, "bfloat16")
+    limit = quant.BF16_GEMM_MIN_ROWS
+    assert weight.bf16_min_rows == limit and weight.a8_max_rows == 0
+    w16 = qr.dequantize(blocks, qr.Q4_1.type_id).to(torch.bfloat16)
+    for rows in (1, limit - 1, limit, 130):
+        x = torch.randn(rows, 96)
+        exact = qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias)
+        rounded = nn.functional.linear(x.to(torch.bfloat16), w16).float() + bias
+        for got in (linear(x), weight.linear(x, bias)):  # the fast path and the general one
+            if rows < limit:
+                torch.testing.assert_close(got, exact)
+            else:  # the same bf16 products; oneDNN may sum them in another order
+                torch.testing.assert_close(got, rounded, atol=2e-2, rtol=1e-2)
+                assert not torch.allclose(got, exact, atol=1e-4, rtol=0)  # it did round
+    for other, activations in (
+        (weight, "float32"),
+        (quant.QuantWeight(*qr.quantize_int8(w)[:1], None, torch.ones(70)), "bfloat16"),
+    ):
+        quant.attach(other, ops, activations)
+        assert other.bf16_min_rows == quant.ANY_ROWS
+
+
 @pytest.mark.slow
 def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
     from worker.engine.llm_engine import LLMEngine

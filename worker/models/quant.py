@@ -46,7 +46,14 @@ GEMM_MIN_ROWS = {"avx512": (128, 64), "avx2": (8, 4)}
 #   GEMM_MIN_ROWS) took 162.2 at 8 rows, 201.3 at 32 and 224.2 at 64.
 A8_MAX_ROWS = 32
 ANY_ROWS = 1 << 30  # a row count past any step's
-ACTIVATIONS = ("float32", "int8")  # EngineConfig.quant_activations' values
+# Rows from which `--quant-activations bfloat16` multiplies GGUF blocks in bfloat16: the weight
+# dequantized to bf16 for the call, x rounded to bf16, oneDNN's bf16 GEMM (AMX tiles where the
+# CPU has them), fp32 out. One layer's 7 Q4_1 projections of the bundled file, 2 threads, AMX
+# Xeon, 2026-12-05, exact path / bf16 (ms, best of 7): 1.87 / 2.25 at 32 rows, 2.77 / 2.44 at
+# 48, 3.84 / 2.52 at 64, 8.15 / 3.14 at 128, 13.8 / 4.24 at 256, 24.0 / 6.23 at 512. Without
+# AMX or AVX-512 BF16 the bf16 GEMM has no hardware to run on: not measured there.
+BF16_GEMM_MIN_ROWS = 48
+ACTIVATIONS = ("float32", "int8", "bfloat16")  # EngineConfig.quant_activations' values
 # Largest weight (as fp32) that path dequantizes: past glibc's 32 MiB mmap threshold each call's
 # buffer is a fresh mapping, page-faulted in. The tied Q8_0 head (49,152 x 576, 113 MB as fp32)
 # took 129 ms that way at 64 rows where `gguf_linear` took 41 (204 / 221 ms at 256 rows).
@@ -62,6 +69,7 @@ class QuantWeight(nn.Module):
     ops: ModuleType | None  # our C++ kernels, set by `attach`
     gemm_min_rows: int
     a8_max_rows: int  # rows up to which x is rounded to 8 bits (`gguf_linear_q8`); 0: never
+    bf16_min_rows: int  # rows from which x and the weight are rounded to bf16; ANY_ROWS: never
 
     def __init__(
         self, data: torch.Tensor, type_id: int | None, scale: torch.Tensor | None = None
@@ -78,7 +86,8 @@ class QuantWeight(nn.Module):
 
     def attach(self, ops: ModuleType | None, activations: str = "float32") -> None:
         """Run on ``ops`` (our C++ kernels; None: the torch references); ``activations``
-        (`ACTIVATIONS`) int8: x rounded to 8 bits for GGUF blocks, up to `a8_max_rows`."""
+        (`ACTIVATIONS`) int8: x rounded to 8 bits for GGUF blocks, up to `a8_max_rows`;
+        bfloat16: x and the weight rounded to bf16 for GGUF blocks, from `bf16_min_rows`."""
         if activations not in ACTIVATIONS:
             raise ValueError(f"unknown activations {activations!r}; expected {ACTIVATIONS}")
         self.ops = ops
@@ -89,6 +98,8 @@ class QuantWeight(nn.Module):
             self.a8_max_rows = 0
         else:
             self.a8_max_rows = ANY_ROWS if ops.q8_gemm_built() else A8_MAX_ROWS
+        bf16 = activations == "bfloat16" and self.type_id is not None and ops is not None
+        self.bf16_min_rows = BF16_GEMM_MIN_ROWS if bf16 else ANY_ROWS
 
     @property
     def format_name(self) -> str:
@@ -120,9 +131,15 @@ class QuantWeight(nn.Module):
             return torch.nn.functional.linear(x, w, bias)
         if x.shape[0] <= self.a8_max_rows:
             return ops.gguf_linear_q8(x, self.data, self.type_id, bias)
+        small = self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
+        if x.shape[0] >= self.bf16_min_rows and small:
+            # Transient: one weight in bf16 (3.5 MB at most for SmolLM2) for this call only.
+            w16 = self.dequantize().to(torch.bfloat16)
+            out = torch.nn.functional.linear(x.to(torch.bfloat16), w16).float()
+            return out if bias is None else out.add_(bias)
         if (
             x.shape[0] >= self.gemm_min_rows
-            and self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
+            and small
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
         ):
             # Transient: one weight's fp32 (7 MB at most for SmolLM2) for this call only.
@@ -154,6 +171,7 @@ class QuantLinear(nn.Module):
             and x.dim() == 2
             and x.dtype == torch.float32
             and x.shape[0] < w.gemm_min_rows
+            and x.shape[0] < w.bf16_min_rows
             and x.stride(1) == 1
         ):
             # A decode step's (rows, k) float32, straight to the kernel: no reshape, no cast and
