@@ -227,8 +227,9 @@ def test_vllm_server_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     fake_python = tmp_path / "python"
     fake_python.touch()
     monkeypatch.setattr(sl, "VLLM", fake_python)
-    monkeypatch.setitem(sys.modules, "export_hf", type(sys)("export_hf"))
-    sys.modules["export_hf"].export = lambda dtype: tmp_path / dtype  # type: ignore[attr-defined]
+    import export_hf  # on sys.path once serve_load is loaded
+
+    monkeypatch.setattr(export_hf, "export", lambda dtype: tmp_path / dtype)
     for flags, eager in (([], True), (["--vllm-compile"], False)):
         args = sl.parse_args(["--server", "vllm", "--threads", "2", *flags])
         cmd, env = sl.server_command(args, 8000, 4)

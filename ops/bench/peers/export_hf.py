@@ -60,6 +60,12 @@ def export(
     return write_once(target, write)
 
 
+def vllm_model(dtype: str) -> Path:
+    """The HF directory vLLM loads for its ``--dtype``: ``auto`` (vLLM's own choice, bfloat16 on
+    x86) reads the float32 export, as a user's float32 checkpoint would be."""
+    return export(dtype="float32" if dtype == "auto" else dtype)
+
+
 def export_gguf_f32(
     quantize: Path, gguf: Path | None = None, cache_root: Path | None = None
 ) -> Path:

@@ -71,14 +71,11 @@ def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list
     """The peer script's arguments; exports the HF directory for vLLM on first use."""
     common = ["--workload", str(workload_path), "--label", peer.name]
     if peer.name.startswith("vllm"):
-        from export_hf import export
+        from export_hf import vllm_model
 
         binds = {"vllm-nobind": "nobind", "vllm-default": "auto"}
         bind = binds.get(peer.name, f"0-{args.threads - 1}")
-        # "auto" is vLLM's own choice from the checkpoint's float32 (`vllm_cpu.py`): the
-        # float32 export, as a user's float32 checkpoint would be.
-        dtype = args.vllm_dtype
-        model = export(dtype="float32" if dtype == "auto" else dtype)
+        model = vllm_model(args.vllm_dtype)
         compile_ = ["--compile"] if peer.name in ("vllm-compile", "vllm-default") else []
         return [
             *common,
@@ -87,7 +84,7 @@ def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list
             "--bind",
             bind,
             "--dtype",
-            dtype,
+            args.vllm_dtype,
             "--rounds",
             str(getattr(args, "rounds", 1)),
             *compile_,

