@@ -33,8 +33,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "gguf_linear with x rounded to 8 bits a 32-value block (integer dot products)",
           py::arg("x"), py::arg("blocks"), py::arg("format"), py::arg("bias") = py::none(),
           nogil);
-    m.def("q8_gemm_built", &q8_gemm_built,
-          "Whether gguf_linear_q8 has its many-row kernel (AVX-512 VNNI)");
     m.def("gguf_dequantize", &gguf_dequantize, "GGUF blocks (n, row_bytes) -> float32 (n, k)",
           nogil);
     m.def("quant_isa", &quant_isa, "The quantized kernels' vector paths: avx512 or avx2");

@@ -41,7 +41,6 @@ std::string quant_isa();  // "avx512" or "avx2": the vector paths this build com
 // cpu_gguf_q8.cpp: gguf_linear with x rounded to 8 bits a block (integer dot products).
 at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
                           const c10::optional<at::Tensor>& bias);
-bool q8_gemm_built();  // whether it has its many-row kernel (AVX-512 VNNI), cpu_gguf_q8_gemm.cpp
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
                        const c10::optional<at::Tensor>& bias);
 

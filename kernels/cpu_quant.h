@@ -73,9 +73,9 @@ inline int32_t quantize_block(const float* xb, int8_t* a, float& dx) {
     return sum;
 }
 
-// cpu_gguf_q8_gemm.cpp: out (rows, n) = x @ W.T with x rounded as quantize_block, for many rows;
-// false (nothing done) where the build has no AVX-512 VNNI.
-bool gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
+// out (rows, n) = x @ W.T with x rounded as quantize_block, for many rows: cpu_q8_gemm.h's panel
+// GEMM, built by cpu_gguf_q8_gemm.cpp (AVX-512 VNNI) or cpu_gguf_q8_gemm_avx2.cpp (without).
+void gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
                   int64_t nb, int64_t format, float* out);
 
 // 16 floats: one register on AVX-512, two on AVX2 (gcc splits the vector_size arithmetic).

@@ -27,6 +27,7 @@ OUR_DTYPES: dict[str, str | None] = {
     "ours-fp32": None,
     "ours-a8": None,
     "ours-abf16": None,
+    "ours-a8bf16": None,
     "ours-bf16": "bfloat16",
 }
 # ours-fp32: the GGUF's blocks dequantized to fp32 at load (exact HF parity), against "ours",
@@ -34,7 +35,12 @@ OUR_DTYPES: dict[str, str | None] = {
 OUR_QUANTIZATION: dict[str, Any] = {"ours-fp32": "none"}  # one of EngineConfig.quantization's
 # ours-a8: the default's blocks with x rounded to 8 bits (`--quant-activations int8`).
 # ours-abf16: the default's blocks with steps of 48+ rows multiplied in bf16 (`bfloat16`).
-OUR_ACTIVATIONS: dict[str, Any] = {"ours-a8": "int8", "ours-abf16": "bfloat16"}
+# ours-a8bf16: both, x rounded to 8 bits below those rows (`int8+bfloat16`).
+OUR_ACTIVATIONS: dict[str, Any] = {
+    "ours-a8": "int8",
+    "ours-abf16": "bfloat16",
+    "ours-a8bf16": "int8+bfloat16",
+}
 
 
 def add_engine_arguments(

@@ -7,10 +7,12 @@ The weights are the bundled SmolLM2-135M's own 210 Q4_1 projections (30 layers x
 gate, up, down), run in layer order so they stream from DRAM each round as in a step. Systems:
 ``fp32_onednn`` (their dequantized fp32, oneDNN-packed: today's path past 8 rows), ``fp32_skinny``
 (the same through `skinny_linear`), ``q4_1`` (`gguf_linear` on the file's blocks), ``q4_1_deq``
-(`gguf_dequantize` of each weight, then `F.linear`), ``q4_1_deq_onednn`` (the same, reordered
-for oneDNN each call: the many-row path), ``q8_0`` and ``int8``
+(`gguf_dequantize` of each weight, then `F.linear`: the engine's many-row path),
+``q4_1_deq_onednn`` (the same, reordered for oneDNN each call: that path until 2026-12-05,
+slower on every machine since), ``q8_0`` and ``int8``
 (the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`), ``q4_1_a8`` and
-``q8_0_a8`` (`gguf_linear_q8`: x rounded to 8 bits, integer dot products); with ``--avx2``
+``q8_0_a8`` (`gguf_linear_q8`: x rounded to 8 bits, integer dot products), ``q4_1@MODE`` (the
+engine's `QuantWeight.linear` under each ``--quant-activations`` mode); with ``--avx2``
 also each quantized system again as ``*_avx2``, the same kernels built with
 ``-march=haswell`` (their AVX2 paths, `cpu_ops.load("haswell")`) on this machine. Time is CPU
 time of the calling thread (``time.thread_time``, one torch thread), the median of ``--repeats``
@@ -24,6 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,6 +40,7 @@ from kernels import quant_reference as qr
 from ops.bench.common import write_report
 from worker.models.cpu_linear import PackedLinear
 from worker.models.loader import bundled_model_path
+from worker.models.quant import ACTIVATIONS, QuantWeight
 
 Layer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -95,6 +99,18 @@ def quantized_systems(module: Any, w: Weights, suffix: str = "") -> dict[str, li
     }
 
 
+def engine_paths(ops: Any, w: Weights) -> dict[str, list[tuple[int, Layer]]]:
+    """``q4_1@<mode>``: the engine's own dispatch (`QuantWeight.linear`) on the Q4_1 blocks under
+    each ``--quant-activations`` mode, whichever kernel or GEMM it picks at a step's rows."""
+    found = {}
+    for mode in ACTIVATIONS:
+        weights = [QuantWeight(b, 3) for b in w.q41]
+        for q in weights:
+            q.attach(ops, mode)
+        found[f"q4_1@{mode}"] = [(q.in_features, partial(q.linear, bias=None)) for q in weights]
+    return found
+
+
 def systems(
     ops: Any, limit: int, avx2: Any = None
 ) -> tuple[dict[str, list[tuple[int, Layer]]], dict[str, int]]:
@@ -125,6 +141,7 @@ def systems(
         "q4_1_deq": [(k, deq_fn(b)) for k, b in zip(ks, w.q41, strict=True)],
         "q4_1_deq_onednn": [(k, deq_onednn_fn(b)) for k, b in zip(ks, w.q41, strict=True)],
         **quantized_systems(ops, w),
+        **engine_paths(ops, w),
         **(quantized_systems(avx2, w, "_avx2") if avx2 is not None else {}),
     }
     nbytes = {

@@ -21,7 +21,7 @@ from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.models.cpu_linear import SKINNY_MAX_ROWS
 from worker.models.decode_stack import DecodeStack
 from worker.models.loader import load_model
-from worker.models.quant import A8_MAX_ROWS, ANY_ROWS, QuantWeight
+from worker.models.quant import ANY_ROWS, QuantWeight
 
 CPU = torch.device("cpu")
 VOCAB = 97  # save_tiny's
@@ -148,27 +148,34 @@ def test_int8_activations_round_in_the_stack_as_in_the_python_layers(
     smol_model_dir: Path,
 ) -> None:
     """``--quant-activations int8``: decode steps round x to 8 bits in the stack as `QuantLinear`
-    does, bit for bit (up to `A8_MAX_ROWS` rows, or any with the VNNI GEMM)."""
+    does, bit for bit, at every row count."""
     fused = runner_of(smol_model_dir, "gguf", activations="int8")
     plain = runner_of(smol_model_dir, "gguf", False, activations="int8")
     exact = runner_of(smol_model_dir, "gguf", False)
     qkv: Any = fused.model.layers[0].self_attn.qkv_proj  # type: ignore[union-attr]
-    gemm = qkv.qweight.ops.q8_gemm_built()
-    assert qkv.qweight.a8_max_rows == (ANY_ROWS if gemm else A8_MAX_ROWS) >= 2
+    assert qkv.qweight.a8_max_rows == ANY_ROWS
     vocab = fused.model.config.vocab_size
     ours, theirs = steps(fused, 2, 3, vocab), steps(plain, 2, 3, vocab)
     for a, b in zip(ours, theirs, strict=True):
         assert torch.equal(a, b)
     assert fused.model.decode_stack.calls == 3  # type: ignore[union-attr]
     # Rounded, so not the exact path's logits (the prefill's neither: its LM head runs on the 2
-    # last tokens, and with the GEMM its 9 rows everywhere), but near them: on these random
-    # prompts 1.4-3.0 apart where the logits reach 29-34, the same top tokens.
+    # last tokens, and with the GEMM its 9 rows everywhere), but near them while fed the same
+    # tokens: on these random prompts 1.0-3.0 apart where the logits reach 29-34, and the same
+    # top tokens up to near ties (on a Zen 3, step 1's exact top two were 0.09 apart and
+    # rounding swapped them; the steps after that are fed other tokens).
     floats = steps(exact, 2, 3, vocab)
     for a, b in zip(ours, floats, strict=True):
         assert not torch.equal(a, b)
+    compared = 0
+    for a, b in zip(ours, floats, strict=True):  # while fed the same tokens
         assert float((a - b).abs().max()) < 0.15 * float(b.abs().max())
-    for a, b in zip(ours[:2], floats[:2], strict=True):  # fed the same tokens so far
-        assert torch.equal(a.argmax(-1), b.argmax(-1))
+        ours_top = b.gather(1, a.argmax(-1, keepdim=True)).squeeze(1)
+        assert bool((ours_top >= b.max(-1).values - 0.5).all())  # the top token or a near tie
+        compared += 1
+        if not torch.equal(a.argmax(-1), b.argmax(-1)):
+            break
+    assert compared >= 2  # the prefill's top tokens agreed, so a decode step was compared too
 
 
 def test_float32_steps_past_the_skinny_rows_run_onednn_in_the_stack(tmp_path: Path) -> None:

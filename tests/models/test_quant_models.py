@@ -4,6 +4,7 @@ load, ``auto``'s choice, and an engine on the file's blocks against the torch re
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +131,8 @@ def test_auto_and_bad_modes(tiny_model_dir: Path) -> None:
 @pytest.mark.parametrize("arch", [None, pytest.param("haswell", marks=pytest.mark.slow)])
 def test_int8_activations_take_gguf_blocks_only(tiny_model_dir: Path, arch: str | None) -> None:
     """``--quant-activations int8``: `QuantLinear` rounds x to 8 bits (`gguf_linear_q8`) at any
-    row count where the build has the VNNI GEMM, else up to `A8_MAX_ROWS` rows and exactly
-    past them; weights that are not GGUF blocks are refused with an error that says so."""
+    row count, on either build's panel GEMM (VNNI or AVX2) past 2 rows; weights that are not
+    GGUF blocks are refused with an error that says so."""
     import gguf
 
     from kernels import cpu_ops
@@ -139,23 +140,18 @@ def test_int8_activations_take_gguf_blocks_only(tiny_model_dir: Path, arch: str 
 
     ops = cpu_ops.load(arch)
     assert ops is not None
-    flags = Path("/proc/cpuinfo").read_text().split()
-    vnni = arch is None and {"avx512f", "avx512bw", "avx512_vnni"} <= set(flags)
-    assert ops.q8_gemm_built() == vnni  # -march=native builds it exactly where it runs
     w = torch.randn(70, 96)
     blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
     weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
     linear, bias = quant.QuantLinear(weight, torch.randn(70)), torch.randn(70)
     linear.bias = nn.Parameter(bias, False)
     quant.attach(weight, ops, "int8")
-    limit = quant.ANY_ROWS if vnni else quant.A8_MAX_ROWS
-    assert weight.a8_max_rows == limit
-    for rows in (1, 2, 3, 40, 130):  # both sides of A8_MAX_ROWS and of the exact GEMM's rows
+    assert weight.a8_max_rows == quant.ANY_ROWS
+    for rows in (1, 2, 3, 40, 130):  # the one-row kernel, the panel GEMM, past the exact GEMM's
         x = torch.randn(rows, 96)
         rounded = qr.quant_linear_q8(x, blocks, qr.Q4_1.type_id, bias)
-        exact = qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias)
         for got in (linear(x), weight.linear(x, bias)):  # the fast path and the general one
-            torch.testing.assert_close(got, rounded if rows <= limit else exact)
+            torch.testing.assert_close(got, rounded)
     int8 = quant.QuantWeight(*qr.quantize_int8(w)[:1], None, torch.ones(70))
     quant.attach(int8, ops, "int8")
     assert int8.a8_max_rows == 0  # int8 weights keep x exact
@@ -174,10 +170,16 @@ def test_int8_activations_take_gguf_blocks_only(tiny_model_dir: Path, arch: str 
     assert EngineConfig().quant_activations == "float32"
 
 
-def test_bfloat16_activations_multiply_many_row_steps_in_bf16() -> None:
+@pytest.mark.parametrize("activations", ["bfloat16", "int8+bfloat16"])
+@pytest.mark.parametrize("supported", [True, False])
+def test_bfloat16_activations_multiply_many_row_steps_in_bf16(
+    activations: str, supported: bool, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
     """``--quant-activations bfloat16``: from `BF16_GEMM_MIN_ROWS` rows x and the dequantized
-    weight are rounded to bf16 (fp32 out, bias added in fp32); fewer rows stay exact; int8
-    weights and float32 activations never round."""
+    weight are rounded to bf16 (fp32 out, bias added in fp32); fewer rows stay exact, or with
+    ``int8+bfloat16`` are rounded to 8 bits (`gguf_linear_q8`); int8 weights and float32
+    activations never round. Where oneDNN has no bf16 arithmetic (AVX2: emulated, 4.5x the
+    exact path's time) every step stays as if bf16 were not named, with a warning."""
     import gguf
 
     from kernels import cpu_ops
@@ -185,25 +187,36 @@ def test_bfloat16_activations_multiply_many_row_steps_in_bf16() -> None:
 
     ops = cpu_ops.load(None)
     assert ops is not None
+    monkeypatch.setattr(quant, "bf16_gemm_supported", lambda: supported)
     w = torch.randn(70, 96)
     blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
     weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
     bias = torch.randn(70)
     linear = quant.QuantLinear(weight, bias)
-    quant.attach(weight, ops, "bfloat16")
-    limit = quant.BF16_GEMM_MIN_ROWS
-    assert weight.bf16_min_rows == limit and weight.a8_max_rows == 0
+    with caplog.at_level(logging.WARNING, logger=quant.__name__):
+        quant.attach(weight, ops, activations)
+    assert ("no bf16 arithmetic" in caplog.text) is not supported
+    limit = quant.BF16_GEMM_MIN_ROWS if supported else quant.ANY_ROWS
+    a8_rows = limit - 1 if supported else quant.ANY_ROWS
+    a8 = activations == "int8+bfloat16"
+    assert weight.bf16_min_rows == limit and weight.a8_max_rows == (a8_rows if a8 else 0)
     w16 = qr.dequantize(blocks, qr.Q4_1.type_id).to(torch.bfloat16)
-    for rows in (1, limit - 1, limit, 130):
+    for rows in (1, 3, quant.BF16_GEMM_MIN_ROWS - 1, quant.BF16_GEMM_MIN_ROWS, 130):
         x = torch.randn(rows, 96)
         exact = qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias)
         rounded = nn.functional.linear(x.to(torch.bfloat16), w16).float() + bias
         for got in (linear(x), weight.linear(x, bias)):  # the fast path and the general one
-            if rows < limit:
+            if rows <= weight.a8_max_rows:
+                torch.testing.assert_close(got, qr.quant_linear_q8(x, blocks, 3, bias))
+            elif rows < limit:
                 torch.testing.assert_close(got, exact)
             else:  # the same bf16 products; oneDNN may sum them in another order
                 torch.testing.assert_close(got, rounded, atol=2e-2, rtol=1e-2)
                 assert not torch.allclose(got, exact, atol=1e-4, rtol=0)  # it did round
+    parser = argparse.ArgumentParser()
+    EngineConfig.add_arguments(parser)
+    args = parser.parse_args(["--quant-activations", activations])
+    assert EngineConfig.from_args(args).quant_activations == activations
     for other, activations in (
         (weight, "float32"),
         (quant.QuantWeight(*qr.quantize_int8(w)[:1], None, torch.ones(70)), "bfloat16"),

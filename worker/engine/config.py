@@ -160,13 +160,13 @@ class EngineConfig:
     # auto: gguf for a quantized GGUF on a float32 CPU model, else none. CPU only.
     quantization: Literal["auto", "none", "gguf", "int8"] = "auto"
     # GGUF blocks: int8 rounds x to 8 bits a 32-value block and multiplies integers, as
-    # llama.cpp always does (AVX-512 VNNI: every step; else steps of up to 32 rows; see
-    # worker/models/quant.py A8_MAX_ROWS): 1.3x tokens/s on the offline mix, +0.4% perplexity.
-    # bfloat16: steps of 48 rows and more (prefill chunks) multiply in bf16, x and the weight
-    # rounded (oneDNN's bf16 GEMM: AMX tiles where the CPU has them; quant.py
-    # BF16_GEMM_MIN_ROWS); fewer rows stay exact.
+    # llama.cpp always does (every step, VNNI or AVX2; worker/models/quant.py): 1.3x tokens/s
+    # on the offline mix, +0.4% perplexity. bfloat16: steps of 48 rows and more (prefill
+    # chunks) multiply in bf16, x and the weight rounded (oneDNN's bf16 GEMM: AMX tiles where
+    # the CPU has them; none without AVX-512, where they stay exact; quant.py
+    # BF16_GEMM_MIN_ROWS); fewer rows stay exact. int8+bfloat16: int8 below those rows.
     # float32 keeps x exact (the same logits as the float weights, whatever a step's rows).
-    quant_activations: Literal["float32", "int8", "bfloat16"] = "float32"
+    quant_activations: Literal["float32", "int8", "bfloat16", "int8+bfloat16"] = "float32"
     seed: int = 0  # seeds unseeded sampling, so a whole run is reproducible
     num_threads: int | None = None  # torch intra-op threads on CPU; None: all cores
     # CUDA: decode-only steps replay CUDA graphs captured at padded batch sizes
@@ -221,7 +221,8 @@ class EngineConfig:
             choices=get_args(hints["quant_activations"]),
             help="GGUF blocks: int8 rounds activations to 8 bits as llama.cpp does (faster, "
             "+0.4%% perplexity); bfloat16 multiplies steps of 48+ rows in bf16 (prefill; for "
-            "CPUs with AMX or AVX-512 BF16); float32 keeps them exact",
+            "CPUs with AMX or AVX-512 BF16); int8+bfloat16 does both, int8 below 48 rows; "
+            "float32 keeps them exact",
         )
         g.add_argument(
             "--enforce-eager",

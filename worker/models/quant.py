@@ -3,8 +3,8 @@
 `QuantLinear` replaces an `nn.Linear` and keeps only the quantized weight (the float one is
 dropped: no second copy). A step of few rows goes through our C++ kernels, which dequantize in
 registers (kernels/cpu_quant_linear.cpp, cpu_int8_linear.cpp); a step of many rows (a prefill
-chunk) dequantizes each weight into a transient fp32 buffer and runs oneDNN's GEMM on it, which
-at that size beats both (`QuantWeight.gemm_min_rows`). Without the C++ build, the torch
+chunk) dequantizes each weight into a transient fp32 buffer and runs torch's GEMM on it, which
+at that size beats the kernels (`QuantWeight.gemm_min_rows`). Without the C++ build, the torch
 references in kernels/quant_reference.py compute the same thing, slowly.
 
 `QuantEmbedding` looks up rows of the same weights and dequantizes just those: a tied LM head and
@@ -13,47 +13,55 @@ its embedding share one quantized table (SmolLM2-135M: 30 MB of Q8_0 instead of 
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
+from typing import get_args, get_type_hints
 
 import torch
 from torch import nn
 
 from kernels import quant_reference as qr
+from worker.engine.config import EngineConfig
 
-# Rows from which dequantize-then-oneDNN beats the register kernels: (GGUF blocks, int8), by
-# the vector ISA the kernels were built for (`quant_isa`). `python ops/bench/quant_linear.py
-# --rows 8 16 32 48 64 96 128 --repeats 3 [--avx2]` (1 thread, CPU ms, the bundled file's 210
-# Q4_1 projections, Zen 5 EPYC, 2026-12-04), kernel / dequantize + oneDNN:
-# - AVX-512: Q4_1 40.7 / 79.7 at 32 rows, 83.6 / 112.2 at 64, 124.3 / 134.4 at 96,
-#   163.5 / 160.3 at 128 (Q8_0 like Q4_1); int8's kernel 116.8 at 64 rows, 170.2 at 96. GGUF's
-#   was 64 too until the 8 x 3 register passes made its kernel 1.9x faster at 64 rows.
-# - AVX2 (the -march=haswell build, 2 rows x 2 weight rows a pass): Q4_1 76.6 / 67.8 at 8
-#   rows, 156.0 / 70.9 at 16; int8 133.0 at 8. The GEMM side there ran this machine's AVX-512
-#   oneDNN (an AVX2 one is slower: about 2x on the GEMM, the same on the reorder, which is most
-#   of it at 8-16 rows), so the AVX2 thresholds are estimates until an AVX2 machine measures
-#   them; 64 had left AVX2 at 606 against 106 ms at 64 rows.
-GEMM_MIN_ROWS = {"avx512": (128, 64), "avx2": (8, 4)}
-# Rows up to which `--quant-activations int8` rounds x to 8 bits for GGUF blocks
-# (`gguf_linear_q8`): every row count where the build has its VNNI GEMM (`q8_gemm_built`), else
-# A8_MAX_ROWS. `python ops/bench/quant_linear.py --rows 1 2 4 8 16 32 64 128 --repeats 3 --avx2`
-# (1 thread, CPU ms, the file's 210 Q4_1 projections, a 2-core Xeon with AVX-512 VNNI,
-# 2026-12-04; ops/bench/results/quant-a8-1204/), exact gguf_linear / gguf_linear_q8:
-# - VNNI: 11.1 / 7.7 at 1 row, 19.2 / 18.9 at 8, 35.6 / 25.5 at 16, 142.4 / 74.6 at 64 (fp32
-#   oneDNN 130.0), 293.2 / 142.4 at 128 (228.3): from 3 rows the GEMM, whose lanes are weight
-#   rows; the one-row-per-vector kernel lost from 4 rows (14.0 / 14.0, 8 rows 18.7 / 24.7).
-# - AVX2 (the -march=haswell build, no GEMM): 24.9 / 11.5 at 1 row, 111.8 / 44.9 at 8, 455.2 /
-#   176.8 at 32, 925.1 / 376.1 at 64, where dequantize + oneDNN (the exact path from
-#   GEMM_MIN_ROWS) took 162.2 at 8 rows, 201.3 at 32 and 224.2 at 64.
-A8_MAX_ROWS = 32
+log = logging.getLogger(__name__)
+
+# Rows from which dequantize-then-GEMM (a transient fp32 weight into `F.linear`) beats the
+# register kernels: (GGUF blocks, int8), by the vector ISA the kernels were built for
+# (`quant_isa`). `python ops/bench/quant_linear.py --rows ... --repeats 3` (1 thread, CPU ms,
+# the bundled file's 210 Q4_1 projections), kernel / dequantize + GEMM:
+# - AVX-512 (Zen 5 EPYC, 2026-12-04): Q4_1 40.7 / 79.7 at 32 rows, 83.6 / 112.2 at 64, 124.3 /
+#   134.4 at 96, 163.5 / 160.3 at 128 (Q8_0 like Q4_1); int8's kernel 116.8 at 64 rows, 170.2
+#   at 96. That GEMM side reordered the weight for oneDNN first (`q4_1_deq_onednn`), which every
+#   later run found slower than plain `F.linear` (`q4_1_deq`; AVX-512 Xeon, 2026-12-04: 224.5
+#   against 334.5 ms at 128 rows, 141.1 against 224.2 at 64), so 128 is now on the late side.
+# - AVX2 (Zen 3 EPYC, 2026-12-05; ops/bench/results/quant-avx2-1205/): Q4_1 41.7 / 55.0 at 2
+#   rows, 72.3 / 65.9 at 3, 83.3 / 62.3 at 4, 175.6 / 73.6 at 8 (2 rows x 2 weight rows a pass,
+#   each block dequantized again per 2 rows: 9.5 ms a row). int8's 4 is not measured: its kernel
+#   took 63.1 ms at 2 rows, 122.1 at 3.
+GEMM_MIN_ROWS = {"avx512": (128, 64), "avx2": (3, 4)}
 ANY_ROWS = 1 << 30  # a row count past any step's
+# `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
+# count: from 3 rows its panel GEMM (kernels/cpu_q8_gemm.h) beats both exact paths on either
+# ISA. Same bench, exact gguf_linear / best exact / gguf_linear_q8:
+# - AVX-512 VNNI (Xeon, 2026-12-04; ops/bench/results/quant-a8-1204/): 11.1 / 7.7 at 1 row,
+#   19.2 / 18.9 at 8, 35.6 / 25.5 at 16, 142.4 / 74.6 at 64 (fp32 oneDNN 130.0), 293.2 / 142.4
+#   at 128 (228.3).
+# - AVX2 (Zen 3): 31.6 / 9.0 at 1 row, 175.6 / 73.6 / 38.0 at 8, 653.9 / 129.3 / 74.6 at 32,
+#   1311.0 / 199.3 / 141.4 at 64, 2684.2 / 345.2 / 293.9 at 128 (fp32 oneDNN 373.7); before the
+#   AVX2 GEMM its one-row kernel took 45.3, 171.5, 370.6 and 695.1 there.
 # Rows from which `--quant-activations bfloat16` multiplies GGUF blocks in bfloat16: the weight
 # dequantized to bf16 for the call, x rounded to bf16, oneDNN's bf16 GEMM (AMX tiles where the
 # CPU has them), fp32 out. One layer's 7 Q4_1 projections of the bundled file, 2 threads, AMX
 # Xeon, 2026-12-05, exact path / bf16 (ms, best of 7): 1.87 / 2.25 at 32 rows, 2.77 / 2.44 at
-# 48, 3.84 / 2.52 at 64, 8.15 / 3.14 at 128, 13.8 / 4.24 at 256, 24.0 / 6.23 at 512. Without
-# AMX or AVX-512 BF16 the bf16 GEMM has no hardware to run on: not measured there.
+# 48, 3.84 / 2.52 at 64, 8.15 / 3.14 at 128, 13.8 / 4.24 at 256, 24.0 / 6.23 at 512. Zen 4
+# (AVX-512 BF16, no AMX; 210 projections, 1 thread, CPU ms): 80.1 at 48, 97.2 at 64, 160.1 at
+# 128 against the exact path's 130.6, 174.1, 326.4, and int8's GEMM ahead of both (67.4, 80.7,
+# 142.4 with gathered panels; 69.5 at 64 rows and 131.0 at 128 with transposed ones). Without
+# oneDNN's bf16 support (`bf16_gemm_supported`: AVX2) it is emulated at 4.5x the exact path's
+# time (Zen 3: 1474.6 against 326.9 ms at 64 rows), so there the steps stay exact.
 BF16_GEMM_MIN_ROWS = 48
-ACTIVATIONS = ("float32", "int8", "bfloat16")  # EngineConfig.quant_activations' values
+# `EngineConfig.quant_activations`' values, declared there (the config stays free of torch).
+ACTIVATIONS: tuple[str, ...] = get_args(get_type_hints(EngineConfig)["quant_activations"])
 # Largest weight (as fp32) that path dequantizes: past glibc's 32 MiB mmap threshold each call's
 # buffer is a fresh mapping, page-faulted in. The tied Q8_0 head (49,152 x 576, 113 MB as fp32)
 # took 129 ms that way at 64 rows where `gguf_linear` took 41 (204 / 221 ms at 256 rows).
@@ -86,20 +94,22 @@ class QuantWeight(nn.Module):
 
     def attach(self, ops: ModuleType | None, activations: str = "float32") -> None:
         """Run on ``ops`` (our C++ kernels; None: the torch references); ``activations``
-        (`ACTIVATIONS`) int8: x rounded to 8 bits for GGUF blocks, up to `a8_max_rows`;
-        bfloat16: x and the weight rounded to bf16 for GGUF blocks, from `bf16_min_rows`."""
+        (`ACTIVATIONS`, GGUF blocks only) names how x is rounded: int8, to 8 bits up to
+        `a8_max_rows`; bfloat16, x and the weight to bf16 from `bf16_min_rows`; int8+bfloat16,
+        each where it is named, int8 below bf16's rows; float32, never."""
         if activations not in ACTIVATIONS:
             raise ValueError(f"unknown activations {activations!r}; expected {ACTIVATIONS}")
         self.ops = ops
         gguf, int8 = GEMM_MIN_ROWS[ops.quant_isa() if ops is not None else "avx512"]
-        # Rows from which `linear` dequantizes into oneDNN's GEMM instead of the kernel.
+        # Rows from which `linear` dequantizes into an fp32 GEMM instead of the kernel.
         self.gemm_min_rows = int8 if self.type_id is None else gguf
-        if activations != "int8" or self.type_id is None or ops is None:
-            self.a8_max_rows = 0
-        else:
-            self.a8_max_rows = ANY_ROWS if ops.q8_gemm_built() else A8_MAX_ROWS
-        bf16 = activations == "bfloat16" and self.type_id is not None and ops is not None
+        gguf_ops = self.type_id is not None and ops is not None
+        kinds = set(activations.split("+")) if gguf_ops else set()
+        bf16 = "bfloat16" in kinds and bf16_gemm_supported()
         self.bf16_min_rows = BF16_GEMM_MIN_ROWS if bf16 else ANY_ROWS
+        self.a8_max_rows = 0
+        if "int8" in kinds:  # every row count, or those below bf16's where both are named
+            self.a8_max_rows = ANY_ROWS if not bf16 else self.bf16_min_rows - 1
 
     @property
     def format_name(self) -> str:
@@ -137,14 +147,9 @@ class QuantWeight(nn.Module):
             w16 = self.dequantize().to(torch.bfloat16)
             out = torch.nn.functional.linear(x.to(torch.bfloat16), w16).float()
             return out if bias is None else out.add_(bias)
-        if (
-            x.shape[0] >= self.gemm_min_rows
-            and small
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-        ):
+        if x.shape[0] >= self.gemm_min_rows and small:
             # Transient: one weight's fp32 (7 MB at most for SmolLM2) for this call only.
-            packed = torch.ops.mkldnn._reorder_linear_weight(self.dequantize(), None)
-            return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+            return torch.nn.functional.linear(x, self.dequantize(), bias)
         if self.scale is not None:
             return ops.int8_linear(x, self.data, self.scale, bias)
         return ops.gguf_linear(x, self.data, self.type_id, bias)
@@ -209,10 +214,24 @@ class QuantEmbedding(nn.Module):
         return rows.reshape(*input_ids.shape, -1).to(self.dtype)
 
 
+def bf16_gemm_supported() -> bool:
+    """Whether oneDNN multiplies bf16 on this CPU (AVX-512 or AMX; torch's own check), where
+    `BF16_GEMM_MIN_ROWS` pays."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return check is not None and bool(check())
+
+
 def attach(model: nn.Module, ops: ModuleType | None, activations: str = "float32") -> int:
     """Give every `QuantWeight` of ``model`` the C++ kernels (`QuantWeight.attach`); how many
     there are."""
     weights = [m for m in model.modules() if isinstance(m, QuantWeight)]
+    if ops is not None and "bfloat16" in activations.split("+") and not bf16_gemm_supported():
+        log.warning(
+            "--quant-activations %s: this CPU has no bf16 arithmetic for oneDNN (AVX-512 or "
+            "AMX), where bf16 GEMMs run emulated at about 4.5x the exact path's time; many-row "
+            "steps stay exact",
+            activations,
+        )
     for weight in weights:
         weight.attach(ops, activations)
     return len(weights)

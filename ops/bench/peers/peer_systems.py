@@ -55,7 +55,10 @@ PEERS = {
 }
 DEFAULT_PEERS = "vllm-bind,vllm-nobind,llama.cpp-f32,llama.cpp-q4_1"
 # engine.py's, run in this process
-LOCAL_SYSTEMS = {"ours-fp32", "ours-a8", "ours-abf16", "ours-bf16", "hf-cb", "hf-static"}
+LOCAL_SYSTEMS = {
+    *("ours-fp32", "ours-a8", "ours-abf16", "ours-a8bf16", "ours-bf16"),
+    *("hf-cb", "hf-static"),
+}
 
 
 def peer_python(peer: Peer, venv_root: Path) -> Path | None:

@@ -1,0 +1,119 @@
+// gguf_linear_q8 past a few rows (cpu_gguf_q8.cpp calls it from kGemmMinRows rows): x rounded
+// to 8 bits a block as there, but the int32 lanes of a vector are weight rows (a panel), not
+// parts of one row's block. The one-row-per-vector kernel pays two float ops a block for each
+// (row of x, weight row) pair, to scale its partial sums, which is as much as the exact kernel's
+// FMAs past 4 rows. Here each integer multiply takes 4 codes of every panel row times the same
+// 4 codes of x (broadcast), and the scaling is one multiply and one FMA a block for the whole
+// panel.
+//
+// That needs the weights in another order: each call repacks a panel (its rows x k codes: 24 KB
+// at k = 1536 for 16 rows, in L1) and runs every row of x against it. The stored weights keep
+// the file's layout, which the exact kernels, the GEMM path and the embedding read.
+//
+// This header holds what every ISA shares: x's codes and the loop over panels. An ISA is a
+// struct (cpu_gguf_q8_gemm.cpp: AVX-512 VNNI; cpu_gguf_q8_gemm_avx2.cpp: AVX2's maddubs) with
+// kPanel, kXRows, a Panel type, pack<F>(w, ldw, nb, panel) of kPanel whole rows and
+// rows<F, R>(panel, xc, r, out, ldo, valid).
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cpu_q8_vec.h"
+
+namespace paternoster {
+namespace quant {
+
+constexpr int64_t kGroups = kBlock / 4;  // 4-code groups a block: one integer dot product each
+
+// x's codes in element order, and per block dx, dx * sum(a) (Q4_1's mins) and
+// -offset * sum(a) (Q4_0's 8, VNNI's Q8_0 128: the integer dot products start from it).
+struct XCodes {
+    int64_t nb = 0;
+    std::vector<int8_t> a;
+    std::vector<float> dx, sdx;
+    std::vector<int32_t> init;
+};
+
+template <int64_t F>
+void quantize_x(const float* x, int64_t ldx, int64_t rows, int64_t nb, XCodes& xc) {
+    constexpr int32_t offset = int32_t(q8::kOffset<F>);  // the same codes as the one-row kernel's
+    xc.nb = nb;
+    xc.a.resize(rows * nb * kBlock);
+    xc.dx.resize(rows * nb);
+    xc.sdx.resize(rows * nb);
+    xc.init.resize(rows * nb);
+    at::parallel_for(0, rows, 4, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin * nb; i < end * nb; ++i) {
+            const int64_t r = i / nb, b = i % nb;
+            float d;
+            const int32_t sum = quantize_block(x + r * ldx + b * kBlock, &xc.a[i * kBlock], d);
+            xc.dx[i] = d;
+            xc.sdx[i] = d * float(sum);
+            xc.init[i] = -offset * sum;
+        }
+    });
+}
+
+// A panel repacked: per block, kGroups vectors V of codes (lane i: weight row i's 4 codes of
+// the group) and the rows' d and m (Q4_1's mins), `Rows` floats each.
+template <class V, int64_t Rows>
+struct PanelOf {
+    std::vector<V> codes;
+    std::vector<float> d, m;
+    void resize(int64_t nb) {
+        codes.resize(nb * kGroups);
+        d.resize(nb * Rows);
+        m.resize(nb * Rows);
+    }
+};
+
+// Every row of x against the panel, Isa::kXRows at a time, the last few in a pass of their own.
+template <class Isa, int64_t F, int64_t R = Isa::kXRows>
+void panel_all(const typename Isa::Panel& p, const XCodes& xc, int64_t r, int64_t rows,
+               float* out, int64_t ldo, int64_t valid) {
+    for (; rows >= R; rows -= R, r += R)
+        Isa::template rows<F, R>(p, xc, r, out + r * ldo, ldo, valid);
+    if constexpr (R > 1)
+        if (rows > 0) panel_all<Isa, F, R - 1>(p, xc, r, rows, out, ldo, valid);
+}
+
+// out (rows, n) = x @ W.T, W's n rows of nb blocks of format F, a panel a task.
+template <class Isa, int64_t F>
+void panel_gemm(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
+                int64_t nb, float* out) {
+    thread_local XCodes mine;
+    // A reference: a thread_local named inside the lambda would be each pool thread's own.
+    const XCodes& xc = mine;
+    quantize_x<F>(x, ldx, rows, nb, mine);
+    const int64_t ldw = nb * block_bytes(F), panel_rows = Isa::kPanel;
+    at::parallel_for(0, (n + panel_rows - 1) / panel_rows, 1, [&](int64_t begin, int64_t end) {
+        thread_local typename Isa::Panel panel;
+        thread_local std::vector<uint8_t> padded;
+        for (int64_t p = begin; p < end; ++p) {
+            const int64_t o = p * panel_rows, valid = std::min(panel_rows, n - o);
+            const uint8_t* rows_at = w + o * ldw;
+            if (valid < panel_rows) {  // the last panel: its rows copied beside zero ones
+                padded.assign(panel_rows * ldw, 0);
+                std::copy(rows_at, rows_at + valid * ldw, padded.begin());
+                rows_at = padded.data();
+            }
+            Isa::template pack<F>(rows_at, ldw, nb, panel);
+            panel_all<Isa, F>(panel, xc, 0, rows, out + o, n, valid);
+        }
+    });
+}
+
+// `panel_gemm` for a format named at run time: gguf_gemm_q8 (cpu_quant.h) on ISA `Isa`.
+template <class Isa>
+void panel_gemm_any(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
+                    int64_t nb, int64_t format, float* out) {
+    with_format(format, [&](auto F) {
+        panel_gemm<Isa, decltype(F)::value>(x, ldx, rows, w, n, nb, out);
+    });
+}
+
+}  // namespace quant
+}  // namespace paternoster
