@@ -88,16 +88,12 @@ struct Avx2 {
                 a[j] = &xc.a[((r + j) * nb + b) * kBlock];
                 dots[j] = _mm256_set1_epi32(xc.init[(r + j) * nb + b]);
             }
-            if constexpr (F == kQ8_0) {
-                for (int64_t g = 0; g < kGroups; ++g) {
-                    const __m256i magnitude = _mm256_abs_epi8(w[g]);
+            if constexpr (F == kQ8_0) {  // the one-row kernel's AVX2 product, cpu_q8_vec.h
+                for (int64_t g = 0; g < kGroups; ++g)
                     for (int64_t j = 0; j < R; ++j) {
                         const __m256i x4 = _mm256_set1_epi32(load32(a[j] + 4 * g));
-                        const __m256i pairs =
-                            _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x4, w[g]));
-                        dots[j] = _mm256_add_epi32(dots[j], _mm256_madd_epi16(pairs, ones));
+                        dots[j] = q8::dot<F>(w[g], x4, dots[j]);
                     }
-                }
             } else {
                 __m256i sums[R];
                 for (int64_t j = 0; j < R; ++j) sums[j] = _mm256_setzero_si256();
