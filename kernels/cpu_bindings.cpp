@@ -33,8 +33,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "gguf_linear with x rounded to 8 bits a 32-value block (integer dot products)",
           py::arg("x"), py::arg("blocks"), py::arg("format"), py::arg("bias") = py::none(),
           nogil);
-    m.def("gguf_dequantize", &gguf_dequantize, "GGUF blocks (n, row_bytes) -> float32 (n, k)",
-          nogil);
+    m.def("gguf_dequantize", &gguf_dequantize,
+          "GGUF blocks (n, row_bytes) -> float32 (n, k), or bfloat16 rounded to nearest even",
+          py::arg("blocks"), py::arg("format"), py::arg("bf16") = false, nogil);
     m.def("quant_isa", &quant_isa, "The quantized kernels' vector paths: avx512 or avx2");
     // module_local: a process can load two builds (native and -march=haswell, as the AVX2
     // tests do), and pybind11 registers a type once per process unless it is local.

@@ -29,9 +29,20 @@ namespace {
 using namespace quant;
 using namespace q8;
 
-// Rows from which gguf_gemm_q8 runs: at 3 rows the file's 210 Q4_1 projections took it 16.2 ms
-// against this kernel's 18.1 on AVX2 (Zen 3; ops/bench/quant_linear.py, 1 thread).
-constexpr int64_t kGemmMinRows = 3;
+// Rows from which gguf_gemm_q8 runs. The file's 210 projections, this kernel / the GEMM (ms,
+// ops/bench/quant_linear.py, 1 thread, both builds on one AMX Xeon, 2026-12-05):
+// - AVX2, Q4_1: 18.6 / 17.4 at 3 rows, 21.8 / 19.1 at 4 (Zen 3: 18.1 / 16.2 at 3);
+// - AVX2, Q8_0 (which widens every group): 21.0 / 21.7 at 3, 21.6 / 24.8 at 4, 28.9 / 28.3 at
+//   6, 40.0 / 32.9 at 8 (Zen 3: 15.8 / 20.7 at 3, 37.6 / 35.4 at 8);
+// - AVX-512 VNNI, Q4_1: 10.9 / 12.6 at 3, 11.8 / 13.5 at 4, 18.5 / 15.1 at 6; Q8_0: 14.9 / 17.1
+//   at 3, 15.4 / 18.1 at 4, 20.8 / 19.8 at 6.
+constexpr int64_t gemm_min_rows([[maybe_unused]] int64_t format) {
+#if defined(__AVX512F__)
+    return 6;
+#else
+    return format == kQ8_0 ? 6 : 3;
+#endif
+}
 constexpr int64_t kLanes = sizeof(vf) / sizeof(float);  // int32 lanes a step, 8 a block
 alignas(64) const uint8_t kZeroBlock[64] = {};  // the missing second block of an odd row
 
@@ -159,7 +170,7 @@ at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t
     return gguf_call(x, blocks, format, bias,
                      [](int64_t f, const float* xp, int64_t ldx, int64_t rows, const uint8_t* wp,
                         int64_t n, int64_t nb, float* op) {
-                         if (rows >= kGemmMinRows)
+                         if (rows >= gemm_min_rows(f))
                              return gguf_gemm_q8(xp, ldx, rows, wp, n, nb, f, op);
                          thread_local Acts acts;  // reused: 121 calls a token on SmolLM2-135M
                          with_format(f, [&](auto F) {

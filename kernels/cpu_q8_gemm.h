@@ -1,4 +1,4 @@
-// gguf_linear_q8 past a few rows (cpu_gguf_q8.cpp calls it from kGemmMinRows rows): x rounded
+// gguf_linear_q8 past a few rows (cpu_gguf_q8.cpp calls it from gemm_min_rows): x rounded
 // to 8 bits a block as there, but the int32 lanes of a vector are weight rows (a panel), not
 // parts of one row's block. The one-row-per-vector kernel pays two float ops a block for each
 // (row of x, weight row) pair, to scale its partial sums, which is as much as the exact kernel's

@@ -13,9 +13,12 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "cpu_quant.h"
 
@@ -151,18 +154,35 @@ std::string quant_isa() {
 #endif
 }
 
-at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format) {
-    const int64_t nb = checked_blocks(blocks, format), n = blocks.size(0);
-    at::Tensor out = at::empty({n, nb * kBlock}, blocks.options().dtype(at::kFloat));
+namespace {
+
+// float -> bfloat16, rounded to nearest even as torch's `.to(torch.bfloat16)` rounds (weights
+// are finite: no NaN case). Plain integer ops, which the compiler vectorises.
+void to_bf16(const float* src, int64_t n, at::BFloat16* dst) {
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &src[i], sizeof(bits));
+        bits += 0x7FFFu + ((bits >> 16) & 1u);
+        dst[i].x = uint16_t(bits >> 16);
+    }
+}
+
+}  // namespace
+
+at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format, bool bf16) {
+    const int64_t nb = checked_blocks(blocks, format), n = blocks.size(0), k = nb * kBlock;
+    at::Tensor out = at::empty({n, k}, blocks.options().dtype(bf16 ? at::kBFloat16 : at::kFloat));
     const uint8_t* wp = blocks.data_ptr<uint8_t>();
-    float* op = out.data_ptr<float>();
     const int64_t ldw = nb * block_bytes(format);
     at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+        // bf16: each row in fp32 here first (6 KB at k = 1536, in L1), never the whole weight:
+        // dequantize-then-`.to` wrote and read a 4-byte copy of every weight (7 MB a call).
+        thread_local std::vector<float> row;
+        if (bf16) row.resize(k);
         for (int64_t o = begin; o < end; ++o) {
-            float* dst = op + o * nb * kBlock;
-            if (format == kQ8_0) dequant_row<kQ8_0>(wp + o * ldw, nb, dst);
-            else if (format == kQ4_1) dequant_row<kQ4_1>(wp + o * ldw, nb, dst);
-            else dequant_row<kQ4_0>(wp + o * ldw, nb, dst);
+            float* dst = bf16 ? row.data() : out.data_ptr<float>() + o * k;
+            with_format(format, [&](auto F) { dequant_row<decltype(F)::value>(wp + o * ldw, nb, dst); });
+            if (bf16) to_bf16(dst, k, out.data_ptr<at::BFloat16>() + o * k);
         }
     });
     return out;

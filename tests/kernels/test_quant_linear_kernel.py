@@ -55,7 +55,10 @@ def test_gguf_linear_matches_reference(
     ops: ModuleType, fmt: qr.BlockFormat, k: int, n: int
 ) -> None:
     blocks = random_blocks(fmt, n, k, seed=k + n)
-    assert torch.equal(ops.gguf_dequantize(blocks, fmt.type_id), qr.dequantize(blocks, fmt.type_id))
+    w = qr.dequantize(blocks, fmt.type_id)
+    assert torch.equal(ops.gguf_dequantize(blocks, fmt.type_id), w)
+    # bf16 straight from the blocks: torch's own rounding of the fp32 weight, bit for bit.
+    assert torch.equal(ops.gguf_dequantize(blocks, fmt.type_id, bf16=True), w.to(torch.bfloat16))
     bias = torch.randn(n)
     for rows in ROWS:
         x = torch.randn(rows, k)

@@ -177,7 +177,8 @@ def test_bfloat16_activations_multiply_many_row_steps_in_bf16(
 ) -> None:
     """``--quant-activations bfloat16``: from `BF16_GEMM_MIN_ROWS` rows x and the dequantized
     weight are rounded to bf16 (fp32 out, bias added in fp32); fewer rows stay exact, or with
-    ``int8+bfloat16`` are rounded to 8 bits (`gguf_linear_q8`); int8 weights and float32
+    ``int8+bfloat16`` are rounded to 8 bits (`gguf_linear_q8`), up to where bf16 overtakes
+    int8's GEMM (`BF16_OVER_INT8_MIN_ROWS`); int8 weights and float32
     activations never round. Where oneDNN has no bf16 arithmetic (AVX2: emulated, 4.5x the
     exact path's time) every step stays as if bf16 were not named, with a warning."""
     import gguf
@@ -196,12 +197,13 @@ def test_bfloat16_activations_multiply_many_row_steps_in_bf16(
     with caplog.at_level(logging.WARNING, logger=quant.__name__):
         quant.attach(weight, ops, activations)
     assert ("no bf16 arithmetic" in caplog.text) is not supported
-    limit = quant.BF16_GEMM_MIN_ROWS if supported else quant.ANY_ROWS
-    a8_rows = limit - 1 if supported else quant.ANY_ROWS
     a8 = activations == "int8+bfloat16"
+    bf16_rows = quant.BF16_OVER_INT8_MIN_ROWS if a8 else quant.BF16_GEMM_MIN_ROWS
+    limit = bf16_rows if supported else quant.ANY_ROWS
+    a8_rows = limit - 1 if supported else quant.ANY_ROWS
     assert weight.bf16_min_rows == limit and weight.a8_max_rows == (a8_rows if a8 else 0)
     w16 = qr.dequantize(blocks, qr.Q4_1.type_id).to(torch.bfloat16)
-    for rows in (1, 3, quant.BF16_GEMM_MIN_ROWS - 1, quant.BF16_GEMM_MIN_ROWS, 130):
+    for rows in (1, 3, bf16_rows - 1, bf16_rows, 130):
         x = torch.randn(rows, 96)
         exact = qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias)
         rounded = nn.functional.linear(x.to(torch.bfloat16), w16).float() + bias
@@ -248,8 +250,8 @@ def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
 
 @pytest.mark.parametrize("arch", [None, pytest.param("haswell", marks=pytest.mark.slow)])
 def test_the_gemm_threshold_follows_the_kernels_isa(arch: str | None) -> None:
-    """AVX2's register kernels lose to dequantize + oneDNN from a few rows, AVX-512's only near
-    128 (`quant.GEMM_MIN_ROWS`), so each weight takes its build's thresholds."""
+    """AVX2's register kernels lose to dequantize + `F.linear` from a few rows, AVX-512's only
+    from about 56 (`quant.GEMM_MIN_ROWS`), so each weight takes its build's thresholds."""
     from kernels import cpu_ops
     from kernels import quant_reference as qr
 

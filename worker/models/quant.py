@@ -33,16 +33,23 @@ log = logging.getLogger(__name__)
 #   134.4 at 96, 163.5 / 160.3 at 128 (Q8_0 like Q4_1); int8's kernel 116.8 at 64 rows, 170.2
 #   at 96. That GEMM side reordered the weight for oneDNN first (`q4_1_deq_onednn`), which every
 #   later run found slower than plain `F.linear` (`q4_1_deq`; AVX-512 Xeon, 2026-12-04: 224.5
-#   against 334.5 ms at 128 rows, 141.1 against 224.2 at 64), so 128 is now on the late side.
+#   against 334.5 ms at 128 rows, 141.1 against 224.2 at 64), so 128 was late. Against
+#   `F.linear` the Q4_1 kernel / `q4_1_deq` cross between 48 and 64 rows on both AVX-512 Xeons
+#   measured: 142.4 / 141.1 at 64 (2026-12-04); 94.1 / 93.6 at 48, 114.2 / 105.7 at 56,
+#   127.6 / 109.8 at 64, 188.1 / 146.4 at 96 (AMX Xeon, 2026-12-05;
+#   ops/bench/results/quant-avx512-1205/). int8 weights keep 64 (their dequantize is torch's).
 # - AVX2 (Zen 3 EPYC, 2026-12-05; ops/bench/results/quant-avx2-1205/): Q4_1 41.7 / 55.0 at 2
 #   rows, 72.3 / 65.9 at 3, 83.3 / 62.3 at 4, 175.6 / 73.6 at 8 (2 rows x 2 weight rows a pass,
 #   each block dequantized again per 2 rows: 9.5 ms a row). int8's 4 is not measured: its kernel
 #   took 63.1 ms at 2 rows, 122.1 at 3.
-GEMM_MIN_ROWS = {"avx512": (128, 64), "avx2": (3, 4)}
+GEMM_MIN_ROWS = {"avx512": (56, 64), "avx2": (3, 4)}
 ANY_ROWS = 1 << 30  # a row count past any step's
 # `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
-# count: from 3 rows its panel GEMM (kernels/cpu_q8_gemm.h) beats both exact paths on either
-# ISA. Same bench, exact gguf_linear / best exact / gguf_linear_q8:
+# count: from a few rows (3-6, `gemm_min_rows` in kernels/cpu_gguf_q8.cpp) its panel GEMM
+# (kernels/cpu_q8_gemm.h) beats both exact paths for 4-bit blocks on either ISA. Q8_0 blocks
+# on AVX-512 are the exception: exact 12.9 / a8 17.1 ms at 3 rows, 17.5 / 21.1 at 8, 31.3 /
+# 28.6 at 16 (AMX Xeon, 2026-12-05). Same bench, exact gguf_linear / best exact /
+# gguf_linear_q8:
 # - AVX-512 VNNI (Xeon, 2026-12-04; ops/bench/results/quant-a8-1204/): 11.1 / 7.7 at 1 row,
 #   19.2 / 18.9 at 8, 35.6 / 25.5 at 16, 142.4 / 74.6 at 64 (fp32 oneDNN 130.0), 293.2 / 142.4
 #   at 128 (228.3).
@@ -59,7 +66,15 @@ ANY_ROWS = 1 << 30  # a row count past any step's
 # 142.4 with gathered panels; 69.5 at 64 rows and 131.0 at 128 with transposed ones). Without
 # oneDNN's bf16 support (`bf16_gemm_supported`: AVX2) it is emulated at 4.5x the exact path's
 # time (Zen 3: 1474.6 against 326.9 ms at 64 rows), so there the steps stay exact.
+# Since the weight is dequantized straight to bf16 (`gguf_dequantize(..., bf16=True)`, not
+# fp32 and then `.to`), bf16 / exact on the AMX Xeon (210 projections, 1 thread, CPU ms,
+# 2026-12-05): 67.0 / 69.1 at 32 rows, 63.1 / 97.9 at 48, 83.4 / 181.1 at 128 (84.1, 116.1
+# before at 48 and 128). 48 stays: clear of the tie at 32.
 BF16_GEMM_MIN_ROWS = 48
+# With int8+bfloat16, bf16 replaces int8's panel GEMM instead, which holds out longer. Q4_1 a8 /
+# bf16, same bench: 41.0 / 67.0 at 32 rows, 69.0 / 68.4 at 64, 70.4 / 72.2 at 72, 81.6 / 68.7
+# at 80, 94.4 / 79.3 at 96, 114.4 / 83.4 at 128, 226.4 / 119.2 at 256.
+BF16_OVER_INT8_MIN_ROWS = 80
 # `EngineConfig.quant_activations`' values, declared there (the config stays free of torch).
 ACTIVATIONS: tuple[str, ...] = get_args(get_type_hints(EngineConfig)["quant_activations"])
 # Largest weight (as fp32) that path dequantizes: past glibc's 32 MiB mmap threshold each call's
@@ -96,7 +111,8 @@ class QuantWeight(nn.Module):
         """Run on ``ops`` (our C++ kernels; None: the torch references); ``activations``
         (`ACTIVATIONS`, GGUF blocks only) names how x is rounded: int8, to 8 bits up to
         `a8_max_rows`; bfloat16, x and the weight to bf16 from `bf16_min_rows`; int8+bfloat16,
-        each where it is named, int8 below bf16's rows; float32, never."""
+        each where it is named, int8 below bf16's rows (`BF16_OVER_INT8_MIN_ROWS`); float32,
+        never."""
         if activations not in ACTIVATIONS:
             raise ValueError(f"unknown activations {activations!r}; expected {ACTIVATIONS}")
         self.ops = ops
@@ -106,10 +122,12 @@ class QuantWeight(nn.Module):
         gguf_ops = self.type_id is not None and ops is not None
         kinds = set(activations.split("+")) if gguf_ops else set()
         bf16 = "bfloat16" in kinds and bf16_gemm_supported()
-        self.bf16_min_rows = BF16_GEMM_MIN_ROWS if bf16 else ANY_ROWS
-        self.a8_max_rows = 0
-        if "int8" in kinds:  # every row count, or those below bf16's where both are named
-            self.a8_max_rows = ANY_ROWS if not bf16 else self.bf16_min_rows - 1
+        a8 = "int8" in kinds
+        self.bf16_min_rows = ANY_ROWS
+        if bf16:
+            self.bf16_min_rows = BF16_OVER_INT8_MIN_ROWS if a8 else BF16_GEMM_MIN_ROWS
+        # every row count, or those below bf16's where both are named
+        self.a8_max_rows = (ANY_ROWS if not bf16 else self.bf16_min_rows - 1) if a8 else 0
 
     @property
     def format_name(self) -> str:
@@ -125,13 +143,17 @@ class QuantWeight(nn.Module):
             return self.ops.gguf_dequantize(data, self.type_id)
         return qr.dequantize(data, self.type_id)
 
-    def dequantize(self) -> torch.Tensor:
+    def dequantize(self, bf16: bool = False) -> torch.Tensor:
+        """The weight in float32, or rounded to bfloat16 (GGUF blocks on our kernels write it
+        so directly, never the fp32 copy)."""
         if self.scale is not None:
-            return qr.dequantize_int8(self.data, self.scale)
-        assert self.type_id is not None
-        if self.ops is not None:
-            return self.ops.gguf_dequantize(self.data, self.type_id)
-        return qr.dequantize(self.data, self.type_id)
+            w = qr.dequantize_int8(self.data, self.scale)
+        else:
+            assert self.type_id is not None
+            if self.ops is not None:
+                return self.ops.gguf_dequantize(self.data, self.type_id, bf16)
+            w = qr.dequantize(self.data, self.type_id)
+        return w.to(torch.bfloat16) if bf16 else w
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """``x @ W.T + bias`` in float32 for 2-D float32 ``x``."""
@@ -144,7 +166,7 @@ class QuantWeight(nn.Module):
         small = self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
         if x.shape[0] >= self.bf16_min_rows and small:
             # Transient: one weight in bf16 (3.5 MB at most for SmolLM2) for this call only.
-            w16 = self.dequantize().to(torch.bfloat16)
+            w16 = self.dequantize(bf16=True)
             out = torch.nn.functional.linear(x.to(torch.bfloat16), w16).float()
             return out if bias is None else out.add_(bias)
         if x.shape[0] >= self.gemm_min_rows and small:
