@@ -77,11 +77,17 @@ class FirstTokenLane:
             return running, []
         kept: list[Sequence] = []
         held: list[Sequence] = []
-        for s in running:
-            (kept if in_lane(s) or s.num_uncomputed_tokens > 1 else held).append(s)
+        kept_decodes = 0
+        for s in running:  # `in_lane` and `num_uncomputed_tokens` inlined: once a row a step
+            n = len(s.token_ids) - s.num_computed_tokens
+            if s.priority < _LANE_BELOW or n > 1:
+                kept.append(s)
+                kept_decodes += n == 1
+            else:
+                held.append(s)
         if not held:
             return running, []
-        left = budget - sum(1 for s in kept if s.num_uncomputed_tokens == 1)  # kept decodes
+        left = budget - kept_decodes
         # Looked up only for a head of the lane's band: a batch head is not hashed for it.
         waiting = (
             head is not None
