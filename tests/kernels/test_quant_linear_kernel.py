@@ -49,6 +49,24 @@ SHAPES = [(32, 1), (64, 2), (96, 7), (160, 33), (576, 65)]
 ROWS = [1, 2, 3, 5, 8, 17, 64]
 
 
+def test_bf16_dequantize_converts_non_finite_scales_as_torch_does(ops: ModuleType) -> None:
+    """A block whose fp16 scale is NaN or infinite (a damaged file) dequantizes to NaN or
+    infinities, and the bf16 weight keeps them where torch's `.to(torch.bfloat16)` does (a NaN's
+    sign and payload are not compared: torch's own scalar and vector paths differ there). Without
+    the NaN case the rounding carry turned a NaN such as 0x7FFFFFFF into -0."""
+    blocks = random_blocks(qr.Q8_0, 3, 64, seed=5)
+    scales = blocks.view(torch.uint8)[:, [0, 1]]  # block 0's fp16 d, little-endian
+    scales[0] = torch.tensor([0x00, 0x7E], dtype=torch.uint8)  # NaN
+    scales[1] = torch.tensor([0x00, 0x7C], dtype=torch.uint8)  # +inf: inf and NaN (q = 0)
+    blocks[:, :2] = scales
+    w = qr.dequantize(blocks, qr.Q8_0.type_id)
+    assert w[:2, :32].isfinite().logical_not().all()
+    got = ops.gguf_dequantize(blocks, qr.Q8_0.type_id, bf16=True)
+    expected = w.to(torch.bfloat16)
+    assert got[:2, :32].isfinite().logical_not().all()
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("fmt", [qr.Q4_0, qr.Q4_1, qr.Q8_0])
 @pytest.mark.parametrize(("k", "n"), SHAPES)
 def test_gguf_linear_matches_reference(

@@ -78,9 +78,9 @@ class FirstTokenLane:
         kept: list[Sequence] = []
         held: list[Sequence] = []
         kept_decodes = 0
-        for s in running:  # `in_lane` and `num_uncomputed_tokens` inlined: once a row a step
+        for s in running:  # `num_uncomputed_tokens` inlined: read once a row a step
             n = len(s.token_ids) - s.num_computed_tokens
-            if s.priority < _LANE_BELOW or n > 1:
+            if n > 1 or in_lane(s):
                 kept.append(s)
                 kept_decodes += n == 1
             else:
