@@ -170,15 +170,18 @@ def test_int8_activations_take_gguf_blocks_only(tiny_model_dir: Path, arch: str 
     assert EngineConfig().quant_activations == "float32"
 
 
-@pytest.mark.parametrize("activations", ["bfloat16", "int8+bfloat16"])
+@pytest.mark.parametrize(
+    ("activations", "amx"), [("bfloat16", False), ("int8+bfloat16", True), ("int8+bfloat16", False)]
+)
 @pytest.mark.parametrize("supported", [True, False])
 def test_bfloat16_activations_multiply_many_row_steps_in_bf16(
-    activations: str, supported: bool, monkeypatch: pytest.MonkeyPatch, caplog: Any
+    activations: str, amx: bool, supported: bool, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
     """``--quant-activations bfloat16``: from `BF16_GEMM_MIN_ROWS` rows x and the dequantized
     weight are rounded to bf16 (fp32 out, bias added in fp32); fewer rows stay exact, or with
     ``int8+bfloat16`` are rounded to 8 bits (`gguf_linear_q8`), up to where bf16 overtakes
-    int8's GEMM (`BF16_OVER_INT8_MIN_ROWS`); int8 weights and float32
+    int8's GEMM (`BF16_OVER_INT8_MIN_ROWS`), which it never does without AMX (int8 at every
+    row count, said in the log); int8 weights and float32
     activations never round. Where oneDNN has no bf16 arithmetic (AVX2: emulated, 4.5x the
     exact path's time) every step stays as if bf16 were not named, with a warning."""
     import gguf
@@ -189,18 +192,20 @@ def test_bfloat16_activations_multiply_many_row_steps_in_bf16(
     ops = cpu_ops.load(None)
     assert ops is not None
     monkeypatch.setattr(quant, "bf16_gemm_supported", lambda: supported)
+    monkeypatch.setattr(quant, "amx_supported", lambda: amx)
     w = torch.randn(70, 96)
     blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
     weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
     bias = torch.randn(70)
     linear = quant.QuantLinear(weight, bias)
-    with caplog.at_level(logging.WARNING, logger=quant.__name__):
+    with caplog.at_level(logging.INFO, logger=quant.__name__):
         quant.attach(weight, ops, activations)
     assert ("no bf16 arithmetic" in caplog.text) is not supported
     a8 = activations == "int8+bfloat16"
+    assert ("has no AMX" in caplog.text) is (a8 and supported and not amx)
     bf16_rows = quant.BF16_OVER_INT8_MIN_ROWS if a8 else quant.BF16_GEMM_MIN_ROWS
-    limit = bf16_rows if supported else quant.ANY_ROWS
-    a8_rows = limit - 1 if supported else quant.ANY_ROWS
+    limit = bf16_rows if supported and (amx or not a8) else quant.ANY_ROWS
+    a8_rows = limit - 1 if limit != quant.ANY_ROWS else quant.ANY_ROWS
     assert weight.bf16_min_rows == limit and weight.a8_max_rows == (a8_rows if a8 else 0)
     w16 = qr.dequantize(blocks, qr.Q4_1.type_id).to(torch.bfloat16)
     for rows in (1, 3, bf16_rows - 1, bf16_rows, 130):

@@ -165,7 +165,7 @@ class EngineConfig:
     # chunks) multiply in bf16, x and the weight rounded (oneDNN's bf16 GEMM: AMX tiles where
     # the CPU has them; none without AVX-512, where they stay exact; quant.py
     # BF16_GEMM_MIN_ROWS); fewer rows stay exact. int8+bfloat16: int8 below the rows where bf16
-    # overtakes it (BF16_OVER_INT8_MIN_ROWS).
+    # overtakes it (BF16_OVER_INT8_MIN_ROWS), at every row count without AMX (where it never does).
     # float32 keeps x exact (the same logits as the float weights, whatever a step's rows).
     quant_activations: Literal["float32", "int8", "bfloat16", "int8+bfloat16"] = "float32"
     seed: int = 0  # seeds unseeded sampling, so a whole run is reproducible
@@ -222,8 +222,8 @@ class EngineConfig:
             choices=get_args(hints["quant_activations"]),
             help="GGUF blocks: int8 rounds activations to 8 bits as llama.cpp does (faster, "
             "+0.4%% perplexity); bfloat16 multiplies steps of 48+ rows in bf16 (prefill; for "
-            "CPUs with AMX or AVX-512 BF16); int8+bfloat16 does both, int8 below 80 rows; "
-            "float32 keeps them exact",
+            "CPUs with AMX or AVX-512 BF16); int8+bfloat16 does both, int8 below 80 rows "
+            "(every step without AMX); float32 keeps them exact",
         )
         g.add_argument(
             "--enforce-eager",

@@ -73,7 +73,11 @@ ANY_ROWS = 1 << 30  # a row count past any step's
 BF16_GEMM_MIN_ROWS = 48
 # With int8+bfloat16, bf16 replaces int8's panel GEMM instead, which holds out longer. Q4_1 a8 /
 # bf16, same bench: 41.0 / 67.0 at 32 rows, 69.0 / 68.4 at 64, 70.4 / 72.2 at 72, 81.6 / 68.7
-# at 80, 94.4 / 79.3 at 96, 114.4 / 83.4 at 128, 226.4 / 119.2 at 256.
+# at 80, 94.4 / 79.3 at 96, 114.4 / 83.4 at 128, 226.4 / 119.2 at 256. Only AMX's tiles get
+# there (`amx_supported`): on a Zen 4 (AVX-512 BF16, no AMX; same bench, 2026-12-05,
+# ops/bench/results/zen4-1205/) int8 stayed ahead at every row count, 80.7 / 115.5 at 80 rows,
+# 126.2 / 163.3 at 128, 283.2 / 291.3 at 256, and on 35 projections 75.0 / 92.6 at 512 and
+# 167.1 / 186.3 at 1024; there int8+bfloat16 is int8 at every row count.
 BF16_OVER_INT8_MIN_ROWS = 80
 # `EngineConfig.quant_activations`' values, declared there (the config stays free of torch).
 ACTIVATIONS: tuple[str, ...] = get_args(get_type_hints(EngineConfig)["quant_activations"])
@@ -111,8 +115,8 @@ class QuantWeight(nn.Module):
         """Run on ``ops`` (our C++ kernels; None: the torch references); ``activations``
         (`ACTIVATIONS`, GGUF blocks only) names how x is rounded: int8, to 8 bits up to
         `a8_max_rows`; bfloat16, x and the weight to bf16 from `bf16_min_rows`; int8+bfloat16,
-        each where it is named, int8 below bf16's rows (`BF16_OVER_INT8_MIN_ROWS`); float32,
-        never."""
+        each where it is named, int8 below bf16's rows (`BF16_OVER_INT8_MIN_ROWS`; every row
+        count without AMX); float32, never."""
         if activations not in ACTIVATIONS:
             raise ValueError(f"unknown activations {activations!r}; expected {ACTIVATIONS}")
         self.ops = ops
@@ -124,10 +128,15 @@ class QuantWeight(nn.Module):
         bf16 = "bfloat16" in kinds and bf16_gemm_supported()
         a8 = "int8" in kinds
         self.bf16_min_rows = ANY_ROWS
-        if bf16:
-            self.bf16_min_rows = BF16_OVER_INT8_MIN_ROWS if a8 else BF16_GEMM_MIN_ROWS
-        # every row count, or those below bf16's where both are named
-        self.a8_max_rows = (ANY_ROWS if not bf16 else self.bf16_min_rows - 1) if a8 else 0
+        if bf16 and not a8:
+            self.bf16_min_rows = BF16_GEMM_MIN_ROWS
+        elif bf16 and amx_supported():
+            self.bf16_min_rows = BF16_OVER_INT8_MIN_ROWS
+        # int8: every row count, or those below bf16's where both are named and bf16 takes over
+        self.a8_max_rows = 0
+        if a8:
+            bf16_from = self.bf16_min_rows
+            self.a8_max_rows = ANY_ROWS if bf16_from == ANY_ROWS else bf16_from - 1
 
     @property
     def format_name(self) -> str:
@@ -243,6 +252,13 @@ def bf16_gemm_supported() -> bool:
     return check is not None and bool(check())
 
 
+def amx_supported() -> bool:
+    """Whether the CPU has AMX tiles (torch's cpuinfo check), where oneDNN's bf16 GEMM
+    overtakes int8's panel GEMM (`BF16_OVER_INT8_MIN_ROWS`)."""
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return check is not None and bool(check())
+
+
 def attach(model: nn.Module, ops: ModuleType | None, activations: str = "float32") -> int:
     """Give every `QuantWeight` of ``model`` the C++ kernels (`QuantWeight.attach`); how many
     there are."""
@@ -253,6 +269,11 @@ def attach(model: nn.Module, ops: ModuleType | None, activations: str = "float32
             "AMX), where bf16 GEMMs run emulated at about 4.5x the exact path's time; many-row "
             "steps stay exact",
             activations,
+        )
+    elif ops is not None and activations == "int8+bfloat16" and not amx_supported():
+        log.info(
+            "--quant-activations int8+bfloat16: this CPU has no AMX, where int8 beats bf16 at "
+            "every row count; every step rounds to int8"
         )
     for weight in weights:
         weight.attach(ops, activations)
