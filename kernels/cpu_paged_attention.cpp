@@ -6,33 +6,45 @@
 //   q, out            (num_seqs, num_q_heads, head_size)  float32; rows may be strided (q is a
 //                     view into the fused qkv projection), heads and elements are contiguous
 //   key, value        (num_tokens, num_kv_heads, head_size), rows may be strided likewise
-//   k_cache, v_cache  (num_blocks, num_kv_heads, block_size, head_size) float32, contiguous
+//   k_cache, v_cache  (num_blocks, num_kv_heads, block_size, head_size) float32 or bfloat16
+//                     (`--kv-cache-dtype`), both the same, contiguous; bf16 rows are widened to
+//                     float32 as they are read, so all arithmetic is float32 either way
 //   block_tables      (num_seqs, max_blocks_per_seq) int32
 //   seq_lens          (num_seqs,) int32, tokens in context;  slot_mapping (num_tokens,) int64
 // Query heads are grouped over KV heads (GQA): query head h reads KV head h / group.
 
+#include "cpu_attention_vec.h"
 #include "cpu_ops.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace paternoster {
 namespace {
 
+// A cache element as float32: bf16 is float32's upper half, so widening is a 16-bit shift, which
+// `#pragma omp simd` loops vectorise (a zero-extending load and a shift per 16 values).
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) { return __builtin_bit_cast(float, static_cast<uint32_t>(x) << 16); }
+
 // G query heads (contiguous, n floats apart) against one K row: G independent FMA chains, so the
 // adds of one head do not wait on the previous one's (a single chain left the kernel at 9 GB/s of
 // K/V on a 25 GB/s machine).
-template <int G>
-inline void dots(const float* q, const float* k, int64_t n, float scale, float* res,
+template <int G, typename T>
+inline void dots(const float* q, const T* k, int64_t n, float scale, float* res,
                  int64_t res_stride) {
     float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma omp simd reduction(+ : a0, a1, a2, a3)
     for (int64_t i = 0; i < n; ++i) {
-        const float x = k[i];
+        const float x = widen(k[i]);
         a0 += q[i] * x;
         if constexpr (G > 1) a1 += q[n + i] * x;
         if constexpr (G > 2) a2 += q[2 * n + i] * x;
@@ -45,15 +57,15 @@ inline void dots(const float* q, const float* k, int64_t n, float scale, float* 
 }
 
 // out[g] += p[g * p_stride] * v for G heads: one load of each V element serves all G.
-template <int G>
-inline void axpys(const float* p, int64_t p_stride, const float* v, float* out, int64_t n) {
+template <int G, typename T>
+inline void axpys(const float* p, int64_t p_stride, const T* v, float* out, int64_t n) {
     const float p0 = p[0];
     const float p1 = G > 1 ? p[p_stride] : 0.f;
     const float p2 = G > 2 ? p[2 * p_stride] : 0.f;
     const float p3 = G > 3 ? p[3 * p_stride] : 0.f;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
-        const float x = v[i];
+        const float x = widen(v[i]);
         out[i] += p0 * x;
         if constexpr (G > 1) out[n + i] += p1 * x;
         if constexpr (G > 2) out[2 * n + i] += p2 * x;
@@ -62,40 +74,94 @@ inline void axpys(const float* p, int64_t p_stride, const float* v, float* out, 
 }
 
 // dots<G> over all `group` heads, in chunks of at most 4 (SmolLM2 has 3 per KV head).
-inline void group_dots(const float* q, const float* k, int64_t group, int64_t n, float scale,
+template <typename T>
+inline void group_dots(const float* q, const T* k, int64_t group, int64_t n, float scale,
                        float* res, int64_t res_stride) {
     int64_t g = 0;
-    for (; g + 4 <= group; g += 4) dots<4>(q + g * n, k, n, scale, res + g * res_stride, res_stride);
+    for (; g + 4 <= group; g += 4)
+        dots<4, T>(q + g * n, k, n, scale, res + g * res_stride, res_stride);
     const float* qg = q + g * n;
     float* rg = res + g * res_stride;
     switch (group - g) {
-        case 3: dots<3>(qg, k, n, scale, rg, res_stride); break;
-        case 2: dots<2>(qg, k, n, scale, rg, res_stride); break;
-        case 1: dots<1>(qg, k, n, scale, rg, res_stride); break;
+        case 3: dots<3, T>(qg, k, n, scale, rg, res_stride); break;
+        case 2: dots<2, T>(qg, k, n, scale, rg, res_stride); break;
+        case 1: dots<1, T>(qg, k, n, scale, rg, res_stride); break;
         default: break;
     }
 }
 
 // axpys<G> over all `group` heads, in chunks of at most 4.
-inline void group_axpys(const float* p, int64_t p_stride, const float* v, float* out,
+template <typename T>
+inline void group_axpys(const float* p, int64_t p_stride, const T* v, float* out,
                         int64_t group, int64_t n) {
     int64_t g = 0;
-    for (; g + 4 <= group; g += 4) axpys<4>(p + g * p_stride, p_stride, v, out + g * n, n);
+    for (; g + 4 <= group; g += 4) axpys<4, T>(p + g * p_stride, p_stride, v, out + g * n, n);
     const float* pg = p + g * p_stride;
     float* og = out + g * n;
     switch (group - g) {
-        case 3: axpys<3>(pg, p_stride, v, og, n); break;
-        case 2: axpys<2>(pg, p_stride, v, og, n); break;
-        case 1: axpys<1>(pg, p_stride, v, og, n); break;
+        case 3: axpys<3, T>(pg, p_stride, v, og, n); break;
+        case 2: axpys<2, T>(pg, p_stride, v, og, n); break;
+        case 1: axpys<1, T>(pg, p_stride, v, og, n); break;
         default: break;
     }
 }
 
-// Asks for a block's rows of one head (4 KB at 16 x 64 floats) ahead of use. Blocks lie anywhere
-// in the cache, and hardware prefetchers stop at page boundaries, so without this every block
-// starts with a full DRAM miss: the kernel read K/V at 9 GB/s on a machine that streams 18.
-inline void prefetch_rows(const float* rows, int64_t num_floats) {
-    for (int64_t i = 0; i < num_floats; i += 64 / sizeof(float)) __builtin_prefetch(rows + i);
+#ifdef PATERNOSTER_ATTENTION_VEC
+// f(g, G) for each chunk of at most 4 of `group` heads, starting at head g, with G (a
+// std::integral_constant) its head count as a compile-time constant.
+template <typename F>
+inline void head_chunks(int64_t group, F&& f) {
+    for (int64_t g = 0; g < group; g += 4) {
+        switch (std::min<int64_t>(4, group - g)) {
+            case 4: f(g, std::integral_constant<int, 4>{}); break;
+            case 3: f(g, std::integral_constant<int, 3>{}); break;
+            case 2: f(g, std::integral_constant<int, 2>{}); break;
+            default: f(g, std::integral_constant<int, 1>{}); break;
+        }
+    }
+}
+#endif
+
+// group_dots over a block's n rows (hs apart): the explicit vectors of cpu_attention_vec.h where
+// the head is a whole number of them, in chunks of at most 4 heads, else row by row.
+template <typename T>
+inline void block_group_dots(const float* q, const T* k, int64_t n, int64_t group, int64_t hs,
+                             float scale, float* res, int64_t res_stride) {
+#ifdef PATERNOSTER_ATTENTION_VEC
+    if (hs % attention_vec::kLanes == 0) {
+        head_chunks(group, [&](int64_t g, auto heads) {
+            attention_vec::block_dots<decltype(heads)::value>(q + g * hs, k, n, hs, scale,
+                                                              res + g * res_stride, res_stride);
+        });
+        return;
+    }
+#endif
+    for (int64_t s = 0; s < n; ++s) group_dots(q, k + s * hs, group, hs, scale, res + s, res_stride);
+}
+
+// group_axpys over a block's n rows, dispatched as block_group_dots is.
+template <typename T>
+inline void block_group_axpys(const float* p, int64_t p_stride, const T* v, int64_t n,
+                              int64_t group, int64_t hs, float* out) {
+#ifdef PATERNOSTER_ATTENTION_VEC
+    if (hs % attention_vec::kLanes == 0) {
+        head_chunks(group, [&](int64_t g, auto heads) {
+            attention_vec::block_axpys<decltype(heads)::value>(p + g * p_stride, p_stride, v, n,
+                                                               hs, out + g * hs);
+        });
+        return;
+    }
+#endif
+    for (int64_t s = 0; s < n; ++s) group_axpys(p + s, p_stride, v + s * hs, out, group, hs);
+}
+
+// Asks for a block's rows of one head (4 KB at 16 x 64 floats, 2 KB in bf16) ahead of use.
+// Blocks lie anywhere in the cache, and hardware prefetchers stop at page boundaries, so without
+// this every block starts with a full DRAM miss: the kernel read K/V at 9 GB/s on a machine that
+// streams 18.
+template <typename T>
+inline void prefetch_rows(const T* rows, int64_t num_values) {
+    for (int64_t i = 0; i < num_values; i += 64 / sizeof(T)) __builtin_prefetch(rows + i);
 }
 
 struct Geometry {
@@ -111,27 +177,24 @@ constexpr int64_t kAhead = 2;
 
 // One (sequence, KV head) pair: all `group` query heads that read this KV head. `scores` holds
 // group * ctx floats; both passes walk the blocks so that each K and V row is loaded once.
-void attend_one(const float* q, const float* k_cache, const float* v_cache, const int32_t* table,
+template <typename T>
+void attend_one(const float* q, const T* k_cache, const T* v_cache, const int32_t* table,
                 int64_t ctx, int64_t kv_head, const Geometry& g, float scale, float* out,
                 std::vector<float>& scores) {
     const int64_t hs = g.head_size, bs = g.block_size, group = g.group;
     const int64_t head_offset = kv_head * bs * hs;
     const int64_t num_blocks = (ctx + bs - 1) / bs;
-    auto rows = [&](const float* cache, int64_t i) {
+    auto rows = [&](const T* cache, int64_t i) {
         return cache + table[i] * g.block_stride() + head_offset;
     };
     scores.resize(static_cast<size_t>(group * ctx));
     float* sc = scores.data();
     for (int64_t i = 1; i <= kAhead && i < num_blocks; ++i) prefetch_rows(rows(k_cache, i), bs * hs);
     for (int64_t t0 = 0; t0 < ctx; t0 += bs) {
-        const float* k_block = rows(k_cache, t0 / bs);
-        const int64_t n = std::min(bs, ctx - t0);
         const int64_t ahead = t0 / bs + kAhead + 1;
-        const float* next = ahead < num_blocks ? rows(k_cache, ahead) : nullptr;
-        for (int64_t s = 0; s < n; ++s) {
-            if (next != nullptr) prefetch_rows(next + s * hs, hs);
-            group_dots(q, k_block + s * hs, group, hs, scale, sc + t0 + s, ctx);
-        }
+        if (ahead < num_blocks) prefetch_rows(rows(k_cache, ahead), bs * hs);
+        const int64_t n = std::min(bs, ctx - t0);
+        block_group_dots(q, rows(k_cache, t0 / bs), n, group, hs, scale, sc + t0, ctx);
     }
     // The first V blocks, read right after the softmax.
     for (int64_t i = 0; i <= kAhead && i < num_blocks; ++i) prefetch_rows(rows(v_cache, i), bs * hs);
@@ -152,20 +215,28 @@ void attend_one(const float* q, const float* k_cache, const float* v_cache, cons
     }
     std::fill(out, out + group * hs, 0.f);
     for (int64_t t0 = 0; t0 < ctx; t0 += bs) {
-        const float* v_block = rows(v_cache, t0 / bs);
-        const int64_t n = std::min(bs, ctx - t0);
         const int64_t ahead = t0 / bs + kAhead + 1;
-        const float* next = ahead < num_blocks ? rows(v_cache, ahead) : nullptr;
-        for (int64_t s = 0; s < n; ++s) {
-            if (next != nullptr) prefetch_rows(next + s * hs, hs);
-            group_axpys(sc + t0 + s, ctx, v_block + s * hs, out, group, hs);
-        }
+        if (ahead < num_blocks) prefetch_rows(rows(v_cache, ahead), bs * hs);
+        const int64_t n = std::min(bs, ctx - t0);
+        block_group_axpys(sc + t0, ctx, rows(v_cache, t0 / bs), n, group, hs, out);
     }
 }
 
+// One K or V row into the cache: a copy, or rounded to bf16 to nearest-even as torch's
+// `.to(torch.bfloat16)` rounds (the torch backend's write), so both backends hold the same bits.
+inline void store_row(float* dst, const float* src, int64_t n) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+inline void store_row(c10::BFloat16* dst, const float* src, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(src[i]);
+}
+
 void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
-    check(k_cache, "k_cache", at::kFloat, 4);
-    check(v_cache, "v_cache", at::kFloat, 4);
+    const at::ScalarType dtype = k_cache.scalar_type();
+    TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16,
+                "k_cache has dtype ", dtype, ", expected Float or BFloat16");
+    check(k_cache, "k_cache", dtype, 4);
+    check(v_cache, "v_cache", dtype, 4);
     TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
     TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache differ in shape");
 }
@@ -206,20 +277,25 @@ void paged_decode_attention(at::Tensor out, const at::Tensor& q, const at::Tenso
         }
     }
     const float* q_ptr = q.data_ptr<float>();
-    const float* k_ptr = k_cache.data_ptr<float>();
-    const float* v_ptr = v_cache.data_ptr<float>();
     float* out_ptr = out.data_ptr<float>();
     const int64_t q_row = q.stride(0), out_row = out.stride(0);
     const float scale_f = static_cast<float>(scale);
-    at::parallel_for(0, num_seqs * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> scores;
-        for (int64_t i = begin; i < end; ++i) {
-            const int64_t b = i / num_kv_heads, h = i % num_kv_heads;
-            const int64_t head = h * geo.group * head_size;
-            attend_one(q_ptr + b * q_row + head, k_ptr, v_ptr, tables + b * max_blocks, lens[b],
-                       h, geo, scale_f, out_ptr + b * out_row + head, scores);
-        }
-    });
+    auto run = [&](const auto* k_ptr, const auto* v_ptr) {
+        at::parallel_for(0, num_seqs * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+            std::vector<float> scores;
+            for (int64_t i = begin; i < end; ++i) {
+                const int64_t b = i / num_kv_heads, h = i % num_kv_heads;
+                const int64_t head = h * geo.group * head_size;
+                attend_one(q_ptr + b * q_row + head, k_ptr, v_ptr, tables + b * max_blocks,
+                           lens[b], h, geo, scale_f, out_ptr + b * out_row + head, scores);
+            }
+        });
+    };
+    if (k_cache.scalar_type() == at::kFloat)
+        run(k_cache.data_ptr<float>(), v_cache.data_ptr<float>());
+    else  // bf16 as its bits: `widen` makes each a float32
+        run(static_cast<const uint16_t*>(k_cache.data_ptr()),
+            static_cast<const uint16_t*>(v_cache.data_ptr()));
 }
 
 void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor k_cache,
@@ -242,21 +318,24 @@ void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor k_cache
         TORCH_CHECK(slots[t] >= 0 && slots[t] < num_slots, "slot ", slots[t], " out of range");
     const float* k_src = key.data_ptr<float>();
     const float* v_src = value.data_ptr<float>();
-    float* k_dst = k_cache.data_ptr<float>();
-    float* v_dst = v_cache.data_ptr<float>();
     const int64_t k_row = key.stride(0), v_row = value.stride(0);
-    const size_t row_bytes = static_cast<size_t>(hs) * sizeof(float);
-    // 64 tokens x 3 heads x 256 B per task: a decode step's write stays on one thread.
-    at::parallel_for(0, num_tokens, 64, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-            const int64_t block = slots[t] / block_size, offset = slots[t] % block_size;
-            for (int64_t h = 0; h < heads; ++h) {
-                const int64_t dst = ((block * heads + h) * block_size + offset) * hs;
-                std::memcpy(k_dst + dst, k_src + t * k_row + h * hs, row_bytes);
-                std::memcpy(v_dst + dst, v_src + t * v_row + h * hs, row_bytes);
+    auto run = [&](auto* k_dst, auto* v_dst) {
+        // 64 tokens x 3 heads x 256 B per task: a decode step's write stays on one thread.
+        at::parallel_for(0, num_tokens, 64, [&](int64_t begin, int64_t end) {
+            for (int64_t t = begin; t < end; ++t) {
+                const int64_t block = slots[t] / block_size, offset = slots[t] % block_size;
+                for (int64_t h = 0; h < heads; ++h) {
+                    const int64_t dst = ((block * heads + h) * block_size + offset) * hs;
+                    store_row(k_dst + dst, k_src + t * k_row + h * hs, hs);
+                    store_row(v_dst + dst, v_src + t * v_row + h * hs, hs);
+                }
             }
-        }
-    });
+        });
+    };
+    if (k_cache.scalar_type() == at::kFloat)
+        run(k_cache.data_ptr<float>(), v_cache.data_ptr<float>());
+    else
+        run(k_cache.data_ptr<c10::BFloat16>(), v_cache.data_ptr<c10::BFloat16>());
 }
 
 }  // namespace paternoster

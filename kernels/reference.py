@@ -119,12 +119,17 @@ def paged_prefill_attention(
     seq_lens: torch.Tensor,
     query_start_loc: torch.Tensor,
     scale: float,
+    compute_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Varlen extend attention: ``q`` is ``(num_tokens, num_q_heads, head_size)``, packed."""
+    """Varlen extend attention: ``q`` is ``(num_tokens, num_q_heads, head_size)``, packed.
+
+    SDPA runs in ``compute_dtype``: by default float32 (float64 for float64 queries), whatever
+    the cache holds; the output takes ``q``'s dtype."""
     out = torch.empty_like(q)
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
-    compute_dtype = torch.float32 if q.dtype != torch.float64 else torch.float64
+    if compute_dtype is None:
+        compute_dtype = torch.float32 if q.dtype != torch.float64 else torch.float64
     for b, ctx in enumerate(lens):
         q_start, q_end = starts[b], starts[b + 1]
         q_len = q_end - q_start

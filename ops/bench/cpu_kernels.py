@@ -9,7 +9,8 @@ For each kernel the script checks it against torch's result, then times both (me
 - ``decode_attention``: `CpuAttentionBackend.decode` against `TorchAttentionBackend.decode`
   (gather + batched matmuls), ``--tokens`` sequences of each ``--contexts`` length, over
   ``--layers`` distinct caches so that K/V stream from DRAM as in a real step; reported with
-  the K/V bytes it reads per second.
+  the K/V bytes it reads per second, for each ``--cache-dtypes`` (float32, bfloat16: the
+  engine's ``--kv-cache-dtype``; queries are float32 either way).
 - ``write_kv``, ``rotary``, ``silu_and_mul``, ``add_rms_norm``: per call, ``--tokens`` rows.
 
 Speed lives here, not in tests: these machines are noisy, so read the ratios.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +37,7 @@ from ops.bench.common import median_seconds, write_report
 from worker.attention import AttentionMetadata, KVCache
 from worker.attention.cpu_backend import CpuAttentionBackend
 from worker.attention.torch_backend import TorchAttentionBackend
+from worker.engine.kv_pool import DTYPES
 from worker.models.layers import rotate
 
 # SmolLM2-135M: 9 query heads over 3 KV heads of 64, hidden 576, MLP 1536, 16-token blocks.
@@ -57,12 +60,14 @@ def pair(
     return {"ours_us": ours_us, "torch_us": torch_us, "speedup": torch_us / ours_us}
 
 
-def decode_attention(ops: Any, tokens: int, context: int, args: Any) -> dict[str, float]:
+def decode_attention(
+    ops: Any, tokens: int, context: int, dtype: torch.dtype, args: Any
+) -> dict[str, float]:
     from paged_cases import make_paged_kv
 
     gen = torch.Generator().manual_seed(context)
     layers = [
-        make_paged_kv([context] * tokens, KV_HEADS, HEAD, BLOCK, torch.float32, gen)
+        make_paged_kv([context] * tokens, KV_HEADS, HEAD, BLOCK, dtype, gen)
         for _ in range(args.layers)
     ]
     q = torch.randn(tokens, Q_HEADS, HEAD, generator=gen)
@@ -95,7 +100,7 @@ def decode_attention(ops: Any, tokens: int, context: int, args: Any) -> dict[str
     result = pair(run(ours_backend, out_ours), run(torch_backend, out_torch), args)
     for key in ("ours_us", "torch_us"):
         result[key] /= args.layers
-    kv_bytes = tokens * context * KV_HEADS * HEAD * 4 * 2
+    kv_bytes = tokens * context * KV_HEADS * HEAD * dtype.itemsize * 2
     result["ours_kv_gb_s"] = kv_bytes / (result["ours_us"] * 1e-6) / 1e9
     return result
 
@@ -149,6 +154,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, nargs="+", default=[32, 512], help="rows per call")
     p.add_argument("--contexts", type=int, nargs="+", default=[500], help="decode context lengths")
     p.add_argument("--layers", type=int, default=6, help="distinct KV caches per decode round")
+    p.add_argument(
+        "--cache-dtypes",
+        nargs="+",
+        default=["float32", "bfloat16"],
+        choices=list(DTYPES),
+        help="decode attention's K/V cache dtypes",
+    )
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--calls", type=int, default=20, help="calls per timed round")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -165,11 +177,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"threads": args.threads, "decode_attention": {}, "layer_ops": {}}
     with torch.inference_mode():
         for tokens in args.tokens:
-            for context in args.contexts:
-                r = decode_attention(ops, tokens, context, args)
-                report["decode_attention"][f"{tokens}x{context}"] = r
+            for context, name in itertools.product(args.contexts, args.cache_dtypes):
+                r = decode_attention(ops, tokens, context, DTYPES[name], args)
+                report["decode_attention"][f"{tokens}x{context}/{name}"] = r
                 print(
-                    f"decode_attention {tokens:4d} seqs x {context:5d}: ours {r['ours_us']:8.1f}"
+                    f"decode_attention {tokens:4d} seqs x {context:5d} {name:8s}:"
+                    f" ours {r['ours_us']:8.1f}"
                     f" us/layer ({r['ours_kv_gb_s']:.1f} GB/s K/V), torch {r['torch_us']:8.1f},"
                     f" torch / ours {r['speedup']:.2f}"
                 )

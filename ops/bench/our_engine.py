@@ -28,6 +28,8 @@ OUR_DTYPES: dict[str, str | None] = {
     "ours-a8": None,
     "ours-abf16": None,
     "ours-a8bf16": None,
+    "ours-kvbf16": None,
+    "ours-a8bf16-kvbf16": None,
     "ours-bf16": "bfloat16",
 }
 # ours-fp32: the GGUF's blocks dequantized to fp32 at load (exact HF parity), against "ours",
@@ -40,7 +42,11 @@ OUR_ACTIVATIONS: dict[str, Any] = {
     "ours-a8": "int8",
     "ours-abf16": "bfloat16",
     "ours-a8bf16": "int8+bfloat16",
+    "ours-a8bf16-kvbf16": "int8+bfloat16",
 }
+# ours-kvbf16: the default with its K/V cache in bf16 (`--kv-cache-dtype bfloat16`), as vLLM's
+# auto cache dtype is for its bf16 model; ours-a8bf16-kvbf16: that and ours-a8bf16's activations.
+OUR_KV_DTYPES: dict[str, Any] = {"ours-kvbf16": "bfloat16", "ours-a8bf16-kvbf16": "bfloat16"}
 
 
 def add_engine_arguments(
@@ -135,6 +141,7 @@ def run_ours(
             dtype=dtype,
             quantization=OUR_QUANTIZATION.get(name, config.quantization),
             quant_activations=OUR_ACTIVATIONS.get(name, config.quant_activations),
+            cache=replace(config.cache, dtype=OUR_KV_DTYPES.get(name, config.cache.dtype)),
             linear_backend=args.linear_backend,
             enforce_eager=args.enforce_eager,
         )

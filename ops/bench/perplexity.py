@@ -14,6 +14,8 @@ fp32 weights quantized again to Q8_0 blocks by the gguf package), ``q4_1_a8`` (`
 llama.cpp does), ``q4_1_abf16`` (``gguf`` with ``--quant-activations bfloat16``: a window's 512
 rows are past its row threshold, so every projection's x and weight are rounded to bf16; the
 tied Q8_0 head stays exact, as in the engine) and ``int8`` (``int8``).
+``--kv-cache-dtype bfloat16`` runs every format over a bf16 K/V cache (a window's prefill
+attends to K/V read back from the cache, so the rounding counts).
 The bundled file is the only copy of the model here: there is no original bf16 checkpoint, so
 fp32 is the Q4_1 model's own values and every other format is measured against it.
 """
@@ -25,14 +27,14 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 
 from ops.bench.common import write_report
-from worker.engine.config import CacheConfig, EngineConfig
+from worker.engine.config import CacheConfig, DtypeName, EngineConfig
 from worker.engine.model_runner import ModelRunner
 from worker.engine.scheduler_output import ScheduledSequence
 from worker.models.base import CausalLM, StepContext
@@ -101,10 +103,13 @@ def window_nll(runner: ModelRunner, ids: list[int], name: str) -> tuple[float, i
     return float(nll), len(ids) - 1
 
 
-def perplexity(fmt: str, model_dir: Path, windows: list[list[int]]) -> dict[str, Any]:
+def perplexity(
+    fmt: str, model_dir: Path, windows: list[list[int]], kv_dtype: Any = "auto"
+) -> dict[str, Any]:
     model = model_of(fmt, model_dir)
     blocks = -(-max(len(w) for w in windows) // BLOCK)
-    config = EngineConfig(cache=CacheConfig(block_size=BLOCK, num_blocks=blocks + 1))
+    cache = CacheConfig(block_size=BLOCK, num_blocks=blocks + 1, dtype=kv_dtype)
+    config = EngineConfig(cache=cache)
     runner = ModelRunner(config, model, torch.device("cpu"))
     runner.backend.install_kernels(model, "auto")
     total, count = 0.0, 0
@@ -119,15 +124,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--tokens", type=int, default=10240)
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    p.add_argument("--kv-cache-dtype", default=CacheConfig.dtype, choices=get_args(DtypeName))
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     model_dir = resolve_model_dir(None)
     ids = load_tokenizer(model_dir).encode(fixed_text())[: args.tokens]
     windows = [ids[i : i + args.window] for i in range(0, len(ids), args.window)]
     windows = [w for w in windows if len(w) > 1]
-    report: dict[str, Any] = {"tokens": len(ids), "window": args.window, "formats": {}}
+    report: dict[str, Any] = {
+        "tokens": len(ids),
+        "window": args.window,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "formats": {},
+    }
     for fmt in args.formats:
-        report["formats"][fmt] = result = perplexity(fmt, model_dir, windows)
+        report["formats"][fmt] = result = perplexity(fmt, model_dir, windows, args.kv_cache_dtype)
         base = report["formats"].get("fp32", result)["perplexity"]
         print(
             f"{fmt}: perplexity {result['perplexity']:.4f} over {result['scored_tokens']} tokens"

@@ -104,9 +104,11 @@ def test_norm_and_mlp_modules_match_torch(ops) -> None:  # type: ignore[no-untyp
         close(mlp(x), expected_mlp)
 
 
-def test_write_kv_matches_reference(ops) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_write_kv_matches_reference(ops, cache_dtype: torch.dtype) -> None:  # type: ignore[no-untyped-def]
+    """Bit for bit: a bf16 cache gets each value rounded as torch's ``.to(torch.bfloat16)``."""
     gen = torch.Generator().manual_seed(3)
-    kv = make_paged_kv([20, 37], 3, 64, 16, torch.float32, gen, fill_to=[0, 0])
+    kv = make_paged_kv([20, 37], 3, 64, 16, cache_dtype, gen, fill_to=[0, 0])
     ref_k, ref_v = kv.k_cache.clone(), kv.v_cache.clone()
     slots = torch.cat([kv.slots(0, 0, 20), kv.slots(1, 0, 37)])
     qkv = torch.randn(57, 15 * 64, generator=gen)

@@ -47,12 +47,15 @@ def runner_of(
     stack: bool = True,
     arch: str | None = None,
     activations: str = "float32",
+    kv_dtype: Any = "auto",
 ) -> ModelRunner:
     """A runner on our C++ kernels, with the stack counted or taken away; ``arch``: the
     kernels of that ``-march`` build instead of this machine's (fp32 only: a quantized model's
-    weights hold this machine's build); ``activations``: `EngineConfig.quant_activations`."""
+    weights hold this machine's build); ``activations``: `EngineConfig.quant_activations`;
+    ``kv_dtype``: `CacheConfig.dtype`."""
     model: Any = load_model(model_dir, torch.float32, CPU, quantization, None, activations)
-    config = EngineConfig(cache=CacheConfig(block_size=4, num_blocks=64), attention_backend="cpu")
+    cache = CacheConfig(block_size=4, num_blocks=64, dtype=kv_dtype)
+    config = EngineConfig(cache=cache, attention_backend="cpu")
     runner = ModelRunner(config, model, CPU)
     if arch is not None:
         ops = cpu_ops.load(arch)
@@ -117,6 +120,32 @@ def test_decode_steps_equal_the_python_layers_bit_for_bit(
     for fused_kv, plain_kv in zip(fused.kv_caches, plain.kv_caches, strict=True):
         assert torch.equal(fused_kv.k_cache, plain_kv.k_cache)  # and it wrote the same K/V
         assert torch.equal(fused_kv.v_cache, plain_kv.v_cache)
+
+
+def test_a_bf16_cache_runs_in_the_stack_and_a_float16_one_in_the_layers(tmp_path: Path) -> None:
+    """`CacheConfig.dtype`: the stack reads and writes a bf16 cache as the Python layers do,
+    bit for bit, close to the float32 cache's logits; a float16 cache, which the kernels do not
+    take, leaves every step to the layers' torch path."""
+    model_dir = save_tiny(tmp_path, "llama")
+    fp32 = steps(runner_of(model_dir), 3, 4, VOCAB)
+    fused, plain = (
+        runner_of(model_dir, kv_dtype="bfloat16"),
+        runner_of(model_dir, stack=False, kv_dtype="bfloat16"),
+    )
+    ours, theirs = steps(fused, 3, 4, VOCAB), steps(plain, 3, 4, VOCAB)
+    stack: Any = fused.model.decode_stack
+    assert stack.calls == 4 and fused.kv_caches[0].k_cache.dtype == torch.bfloat16
+    for a, b, exact in zip(ours, theirs, fp32, strict=True):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, exact, rtol=0.05, atol=0.05)  # K/V rounded to 8 bits
+    assert any(not torch.equal(a, b) for a, b in zip(ours, fp32, strict=True))
+    for fused_kv, plain_kv in zip(fused.kv_caches, plain.kv_caches, strict=True):
+        assert torch.equal(fused_kv.k_cache, plain_kv.k_cache)
+        assert torch.equal(fused_kv.v_cache, plain_kv.v_cache)
+    half = runner_of(model_dir, kv_dtype="float16")
+    for a, exact in zip(steps(half, 3, 4, VOCAB), fp32, strict=True):
+        torch.testing.assert_close(a, exact, rtol=0.01, atol=0.01)
+    assert half.model.decode_stack.calls == 0  # type: ignore[union-attr]
 
 
 @pytest.mark.slow  # the -march=haswell build takes about a minute on 2 cores the first time

@@ -32,6 +32,8 @@ class AttentionBackend(ABC):
     # Whether a decode step through this backend can be captured in a CUDA graph: no host sync,
     # no host-side shapes read from the step's lengths, padding rows handled on the device.
     supports_cuda_graphs: bool = False
+    # Whether the cache may hold another dtype than the model's queries (`CacheConfig.dtype`).
+    mixed_kv_dtype: bool = True
 
     @abstractmethod
     def write_kv(

@@ -24,6 +24,7 @@ class TritonAttentionBackend(AttentionBackend):
     name = "triton"
     # The kernels skip slot -1 (kv write) and give zeros for seq_len 0 (decode), on the device.
     supports_cuda_graphs = True
+    mixed_kv_dtype = False  # the kernels take q in the cache's dtype (triton_common.check_query)
 
     def install_kernels(self, model: nn.Module, linear_backend: LinearBackend) -> KernelCounts:
         """The Triton layer kernels (norms, SiLU, rotary) come with Triton attention; a model off

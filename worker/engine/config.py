@@ -36,6 +36,10 @@ DEFAULT_URGENT_STEP_MAX = {"cpu": 0.75, "cuda": 2.0}
 DEFAULT_CPU_KV_BYTES = 2 * 1024**3
 
 
+# The dtypes the engine's tensors may take, by name; auto is each setting's own default.
+DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
+
+
 class InvalidConfigError(ValueError):
     """An engine setting is out of range; the message names the setting."""
 
@@ -53,6 +57,12 @@ class CacheConfig:
     # Requests sharing a prefix (a system prompt, earlier chat turns, the n choices of one request)
     # compute its full blocks once; off, the pool behaves exactly as it did without the cache.
     enable_prefix_caching: bool = True
+    # The K/V a step reads; auto: the model's dtype (float32 on CPU: exact HF parity). bfloat16
+    # halves the bytes a decode reads and the pool's bytes a token, as vLLM's auto does for a
+    # bf16 model; keys and values are rounded once as they are written. On CPU decodes widen
+    # them to float32 as they read, and prefill chunks attend in bf16 where the CPU has bf16
+    # arithmetic (`CpuAttentionBackend`). The triton backend takes only its model's dtype.
+    dtype: DtypeName = "auto"
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -148,7 +158,7 @@ class SchedulerConfig:
 class EngineConfig:
     model: str | None = None  # HF directory or .gguf file; None: the bundled SmolLM2-135M
     device: str = "auto"  # auto: cuda when available, else cpu
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: fp32 CPU, bf16 CUDA
+    dtype: DtypeName = "auto"  # auto: fp32 CPU, bf16 CUDA
     attention_backend: Literal["auto", "torch", "cpu", "triton"] = "auto"
     # CPU projections: auto packs weights for oneDNN where it supports the dtype and sends steps
     # of few rows to our C++ kernel, keeping a second, plain copy of the weights for it (see
@@ -196,7 +206,7 @@ class EngineConfig:
             help="HF directory or .gguf (default: PATERNOSTER_MODEL, else the bundled SmolLM2)",
         )
         g.add_argument("--device", default=EngineConfig.device)
-        g.add_argument("--dtype", default=EngineConfig.dtype, choices=get_args(hints["dtype"]))
+        g.add_argument("--dtype", default=EngineConfig.dtype, choices=get_args(DtypeName))
         backends = get_args(hints["attention_backend"])
         g.add_argument(
             "--attention-backend", default=EngineConfig.attention_backend, choices=backends
@@ -236,6 +246,12 @@ class EngineConfig:
             choices=get_args(hints["overlap_steps"]),
             help="make step N's text while step N+1 computes (auto: per device, overlap.py)",
         )
+        g.add_argument(
+            "--kv-cache-dtype",
+            default=CacheConfig.dtype,
+            choices=get_args(DtypeName),
+            help="K/V cache dtype (auto: the model's); bfloat16 halves what decodes read",
+        )
         g.add_argument("--block-size", type=int, default=CacheConfig.block_size)
         g.add_argument(
             "--num-blocks", type=int, default=None, help="KV blocks (default: from memory)"
@@ -268,6 +284,7 @@ class EngineConfig:
                 block_size=args.block_size,
                 num_blocks=args.num_blocks,
                 memory_bytes=args.kv_cache_bytes,
+                dtype=args.kv_cache_dtype,
             ),
             scheduler=SchedulerConfig(
                 max_num_seqs=args.max_num_seqs,

@@ -7,7 +7,6 @@ persistent batch (`InputBatch`), the static input buffers (`DeviceInputs`) and t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -15,17 +14,17 @@ from operator import attrgetter
 import structlog
 import torch
 
-from worker.attention import KVCache, get_attention_backend
-from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig
+from worker.attention import get_attention_backend
+from worker.engine.config import EngineConfig
 from worker.engine.cuda_graphs import DecodeGraphs, graph_batch_sizes, size_for
 from worker.engine.device_inputs import DeviceInputs, StepInputs
 from worker.engine.input_batch import InputBatch
+from worker.engine.kv_pool import DTYPES, make_kv_caches
 from worker.engine.logits_buffer import LogitsBuffer
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.engine.sequence import PLACEHOLDER
 from worker.engine.step_layout import FieldViews, HostStep
 from worker.models.base import CausalLM, StepContext
-from worker.models.config import ModelConfig
 
 log = structlog.get_logger("paternoster.engine")
 _COMPUTED = attrgetter("num_computed_tokens")
@@ -66,29 +65,7 @@ def pick_device(name: str) -> torch.device:
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-
-
-def num_kv_blocks(
-    cache: CacheConfig, model: ModelConfig, dtype: torch.dtype, device: torch.device
-) -> int:
-    """Blocks in the pool: explicit count, else a byte budget, else a share of free memory."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    block_bytes = model.kv_bytes_per_token * elem * cache.block_size
-    if cache.num_blocks is not None:
-        return cache.num_blocks
-    if cache.memory_bytes is not None:
-        budget = cache.memory_bytes
-    elif device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        budget = int(free * cache.memory_fraction)
-    else:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        budget = min(DEFAULT_CPU_KV_BYTES, available // 2)
-    num = budget // block_bytes
-    if num < 1:
-        raise ValueError(f"KV budget of {budget} bytes holds no block of {block_bytes} bytes")
-    return int(num)
+    return DTYPES[name]
 
 
 class ModelRunner:
@@ -98,18 +75,8 @@ class ModelRunner:
         self.block_size = config.cache.block_size
         self.backend = get_attention_backend(config.attention_backend, device)
         mc = model.config
-        dtype = model.dtype
-        self.num_blocks = num_kv_blocks(config.cache, mc, dtype, device)
-        shape = (self.num_blocks, mc.num_kv_heads, self.block_size, mc.head_size)
-        # Zero-filled, not empty: padding slots of a partly filled block are read (and masked) by
-        # the batched decode gather, and uninitialised memory may hold NaN, which masking keeps.
-        self.kv_caches = [
-            KVCache(
-                torch.zeros(shape, dtype=dtype, device=device),
-                torch.zeros(shape, dtype=dtype, device=device),
-            )
-            for _ in range(mc.num_layers)
-        ]
+        self.kv_caches = make_kv_caches(config.cache, model, device, self.backend)
+        self.num_blocks = self.kv_caches[0].k_cache.shape[0]
         # The engine's bound (`LLMEngine.max_model_len`): no block table is longer.
         limit = config.scheduler.max_model_len or mc.max_position
         self.max_model_len = min(limit, mc.max_position, self.num_blocks * self.block_size)

@@ -18,6 +18,10 @@ from torch import nn
 
 from worker.models.fused import attach_ops
 
+# The K/V cache dtypes `kernels/cpu_paged_attention.cpp` reads and writes (bf16 widened to
+# float32 as it is read): the `cpu` backend and the decode stack take these, others torch's path.
+KERNEL_CACHE_DTYPES = (torch.float32, torch.bfloat16)
+
 
 def use_cpu_kernels(model: nn.Module, ops: ModuleType | None) -> int:
     """Attach ``ops`` to every fusable module of a float32 CPU ``model``; how many took them.

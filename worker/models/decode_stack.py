@@ -21,13 +21,16 @@ does not do).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
+from worker.attention.metadata import KVCache
 from worker.models.base import StepContext
+from worker.models.cpu_kernels import KERNEL_CACHE_DTYPES
 from worker.models.cpu_linear import SKINNY_MAX_ROWS, PackedLinear
 from worker.models.quant import ANY_ROWS, QuantLinear
 
@@ -46,7 +49,8 @@ class DecodeStack:
         self._stack = stack
         self.max_rows = max_rows  # up to which each projection's Python path calls what it does
         self._backend = backend
-        self._caches: object = None  # the runner's cache list the stack holds
+        self._caches: object = None  # the runner's cache list the stack holds (`_holds`)
+        self._caches_taken = False
 
     def takes(self, num_tokens: int, ctx: StepContext) -> bool:
         """Whether this step can run here: all decodes, no padding, few rows, our backend."""
@@ -56,18 +60,24 @@ class DecodeStack:
             and meta.num_decodes == num_tokens == meta.num_seqs
             and not meta.num_padding
             and ctx.backend is self._backend
+            and self._holds(ctx.kv_caches)
         )
+
+    def _holds(self, caches: Sequence[KVCache]) -> bool:
+        """Whether the stack holds ``caches`` (the runner's list, given to it once): not where
+        their dtype is one the kernels do not take."""
+        if caches is not self._caches:
+            self._caches = caches
+            self._caches_taken = caches[0].k_cache.dtype in KERNEL_CACHE_DTYPES
+            if self._caches_taken:
+                self._stack.set_caches([kv.k_cache for kv in caches], [kv.v_cache for kv in caches])
+        return self._caches_taken
 
     def __call__(
         self, hidden: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], ctx: StepContext
     ) -> torch.Tensor:
         """The final (normed) hidden states of the step whose embeddings are ``hidden`` (T, H),
         which is used as the residual stream and overwritten."""
-        if ctx.kv_caches is not self._caches:  # the runner's list: set once
-            self._stack.set_caches(
-                [kv.k_cache for kv in ctx.kv_caches], [kv.v_cache for kv in ctx.kv_caches]
-            )
-            self._caches = ctx.kv_caches
         meta = ctx.meta
         cos, sin = cos_sin
         return self._stack.forward(
