@@ -49,8 +49,10 @@ def test_cpu_kernels_bench_tiny(tmp_path: Path) -> None:
     assert out.exists() is False  # no --out: nothing written
     bench.main([*args, "--calls", "1", "--out", str(out)])
     assert out.exists()
-    attention = report["decode_attention"]["3x40"]
-    assert attention["ours_us"] > 0 and attention["torch_us"] > 0 and attention["ours_kv_gb_s"] > 0
+    assert set(report["decode_attention"]) == {"3x40/float32", "3x40/bfloat16"}  # --cache-dtypes
+    for attention in report["decode_attention"].values():
+        assert attention["ours_us"] > 0 and attention["torch_us"] > 0
+        assert attention["ours_kv_gb_s"] > 0
     assert set(report["layer_ops"]) == {
         f"{name}@3" for name in ("rotary", "silu_and_mul", "add_rms_norm", "write_kv")
     }
