@@ -7,7 +7,6 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from kernels import reference
 from worker.attention.backend import KernelCounts
 from worker.attention.metadata import AttentionMetadata, KVCache
 from worker.attention.torch_backend import TorchAttentionBackend
@@ -61,19 +60,9 @@ class CpuAttentionBackend(TorchAttentionBackend):
         key, value, slots = meta.real_rows(key, value, meta.slot_mapping)
         self.ops.write_kv(key, value, kv.k_cache, kv.v_cache, slots)
 
-    def prefill(
-        self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
-    ) -> None:
+    def prefill_dtype(self, kv: KVCache) -> torch.dtype | None:
         bf16 = self.bf16_prefill and kv.k_cache.dtype == torch.bfloat16
-        out[:] = reference.paged_prefill_attention(
-            q,
-            *kv,
-            meta.block_tables,
-            meta.seq_lens,
-            meta.query_start_loc,
-            scale,
-            torch.bfloat16 if bf16 else None,
-        )
+        return torch.bfloat16 if bf16 else None
 
     def decode(
         self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor

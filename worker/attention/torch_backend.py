@@ -77,5 +77,15 @@ class TorchAttentionBackend(AttentionBackend):
         self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
         out[:] = reference.paged_prefill_attention(
-            q, *kv, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale
+            q,
+            *kv,
+            meta.block_tables,
+            meta.seq_lens,
+            meta.query_start_loc,
+            scale,
+            self.prefill_dtype(kv),
         )
+
+    def prefill_dtype(self, kv: KVCache) -> torch.dtype | None:
+        """The dtype prefill's SDPA runs in; None: the reference's (float32)."""
+        return None
