@@ -130,7 +130,10 @@ def decode_batch_engine(
     together for ``decode_steps`` steps after their prefill, and the ``max_tokens`` that takes
     (``config``: more `EngineConfig` fields)."""
     budget = max(512, batch)  # the default step budget, raised to fit one decode per request
-    max_tokens = math.ceil(batch * prompt_len / budget) + decode_steps
+    # The first prompts decode, first in each step, while the rest prefill in what is left of
+    # the budget: they must outlast every prefill (1,024 steps at 256 prompts of 1,024 tokens).
+    prefill_steps = math.ceil(batch * prompt_len / max(budget - batch, 16))
+    max_tokens = prefill_steps + decode_steps
     blocks = batch * math.ceil((prompt_len + max_tokens) / 16) + 1
     engine = LLMEngine(
         EngineConfig(

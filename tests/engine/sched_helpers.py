@@ -140,7 +140,7 @@ class Harness:
             assert item.num_scheduled_tokens >= 1  # the runner has nothing to run otherwise
             start = item.num_computed_tokens
             assert seq.token_ids[start : start + item.num_scheduled_tokens] == list(item.token_ids)
-            assert item.block_ids == tuple(seq.block_ids)
+            assert item.block_ids == seq.block_ids
             last_pos = start + item.num_scheduled_tokens - 1
             assert last_pos // self.bm.block_size < len(item.block_ids)
             assert item.samples == (start + item.num_scheduled_tokens == seq.num_tokens)
@@ -171,7 +171,7 @@ class HarnessMachine(RuleBasedStateMachine):
     def blocks_consistent(self) -> None:
         self.h.bm.assert_invariants(self.h.seqs.values())
         for seq in self.h.finished.values():
-            assert seq.block_ids == []
+            assert seq.block_ids == ()
 
     def teardown(self) -> None:
         # Everything left finishes: no request is starved by preemption cycles.

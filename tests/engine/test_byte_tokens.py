@@ -140,3 +140,50 @@ def test_both_paths_agree_on_random_text_with_stops(
     slow, slow_detok = stream(Windowed(smol_tokenizer), prompt, generated, params, chunk)
     assert "".join(fast) == fast_detok.text == "".join(slow) == slow_detok.text
     assert fast_detok.stop_string == slow_detok.stop_string
+
+
+def test_whole_texts_are_the_tokens_that_decode_alone(smol_tokenizer: Any) -> None:
+    decoder = decoder_for(smol_tokenizer, True)
+    assert decoder.token_bytes is not None and decoder.token_texts is not None
+    split = 0
+    for data, text in zip(decoder.token_bytes, decoder.token_texts, strict=True):
+        if text is None:  # part of a character: not valid UTF-8 alone
+            split += 1
+            with pytest.raises(UnicodeDecodeError):
+                data.decode("utf-8")
+        else:
+            assert text == data.decode("utf-8")
+    assert split > 0  # the smol vocabulary has byte-fallback pieces of multi-byte characters
+
+
+@pytest.mark.parametrize("skip", [True, False])
+@pytest.mark.parametrize("text", TEXTS)
+def test_one_token_at_a_time_streams_as_add_tokens(
+    smol_tokenizer: Any, text: str, skip: bool
+) -> None:
+    """`add_token`'s lookup against `add_tokens`, across characters split over tokens, a
+    special token, ids past the vocabulary, and finish."""
+    im_end = smol_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    half = len(text) // 2
+    partial = encode(smol_tokenizer, "😀")[:2]  # two of its four bytes, then whole tokens
+    generated = [*encode(smol_tokenizer, text[:half]), im_end, 10**6, -1, *partial]
+    generated += encode(smol_tokenizer, text[half:])
+    params = SamplingParams(skip_special_tokens=skip)
+    prompt = encode(smol_tokenizer, CHAT_PROMPT)
+    one = IncrementalDetokenizer(smol_tokenizer, prompt, params)
+    many = IncrementalDetokenizer(smol_tokenizer, prompt, params)
+    assert one._texts is not None  # the lookup is on: byte-level, no stop strings
+    deltas = [one.add_token(t) for t in generated]
+    assert deltas == [many.add_tokens([t]) for t in generated]
+    tail = one.finish()
+    assert tail == many.finish() and "".join(deltas) + tail == one.text == many.text
+    with pytest.raises(RuntimeError):
+        one.add_token(generated[0])
+
+
+def test_with_a_stop_string_one_token_takes_the_general_path(smol_tokenizer: Any) -> None:
+    params = SamplingParams(stop=("lo w",))
+    detok = IncrementalDetokenizer(smol_tokenizer, [], params)
+    assert detok._texts is None
+    deltas = [detok.add_token(t) for t in encode(smol_tokenizer, "Hello world")]
+    assert "".join(deltas) + detok.finish() == "Hel" and detok.stop_string == "lo w"

@@ -36,12 +36,12 @@ def test_full_blocks_are_named_and_shared_with_exact_ids() -> None:
     a = make_seq(list(range(10)), "a")
     assert admit(bm, a) == NO_HIT
     compute(bm, a)
-    assert a.block_ids == [0, 1, 2]
+    assert a.block_ids == (0, 1, 2)
     assert bm.cache_stats().num_cached_blocks == 2  # block 2 holds 2 tokens: not named
     b = make_seq([*range(8), 99, 98], "b")
     hit = admit(bm, b)
     assert hit == PrefixHit((0, 1), 8, 0)  # owned by a: no free block is taken for them
-    assert b.block_ids == [0, 1, 3] and b.num_computed_tokens == 8
+    assert b.block_ids == (0, 1, 3) and b.num_computed_tokens == 8
     assert bm.ref_counts[:4] == [2, 2, 1, 1]
     bm.assert_invariants([a, b])
     bm.free(a)
@@ -63,20 +63,20 @@ def test_unnamed_free_blocks_go_first_then_least_recently_freed_tail_first() -> 
     a = make_seq([1, 2, 3, 4, 5], "a")
     admit(bm, a)
     compute(bm, a)
-    assert a.block_ids == [0, 1, 2]
+    assert a.block_ids == (0, 1, 2)
     bm.free(a)  # 2 (partial) is unnamed; 1 and 0 are parked, tail first
     assert bm.prefix_cache is not None and bm.prefix_cache.parked() == [1, 0]
     c = make_seq([9, 9, 9, 9, 9, 9], "c")
     admit(bm, c)
     # Never-used 3, then a's unnamed 2, then the oldest parked block: a's tail before its head.
-    assert c.block_ids == [3, 2, 1]
+    assert c.block_ids == (3, 2, 1)
     assert bm.cache_stats().num_evictions == 1 and bm.prefix_cache.parked() == [0]
     d = make_seq([1, 2, 3, 4, 5], "d")
     assert bm.lookup(d) == PrefixHit((0,), 2, 1)  # a's head survived, parked
     assert bm.can_allocate(d, 3, bm.lookup(d)) is False  # 1 parked + 2 fresh > 1 free
     bm.free(c)  # c computed nothing: its blocks are unnamed, freed tail first
     admit(bm, d)
-    assert d.block_ids == [0, 1, 2] and bm.prefix_cache.parked() == []
+    assert d.block_ids == (0, 1, 2) and bm.prefix_cache.parked() == []
     bm.assert_invariants([d])
 
 
@@ -90,7 +90,7 @@ def test_a_fully_cached_prompt_recomputes_its_last_block() -> None:
     # Both blocks are cached, but one token must be computed for logits and its K/V must not go
     # into the shared block 1: b takes block 0 only and recomputes tokens 4..7 in block 2.
     assert hit.block_ids == (0,) and b.num_computed_tokens == 4
-    assert b.block_ids == [0, 2]
+    assert b.block_ids == (0, 2)
     compute(bm, b)  # block 2 now duplicates block 1: it stays unnamed
     assert bm.prefix_cache is not None and not bm.prefix_cache.is_cached(2)
     bm.assert_invariants([a, b])
@@ -135,14 +135,14 @@ def test_with_caching_off_nothing_is_named_or_looked_up() -> None:
     assert bm.cache_stats().num_cached_blocks == 0 and bm.num_free_blocks == 4
     c = make_seq([9] * 8)
     admit(bm, c)
-    assert c.block_ids == [3, 2, 1, 0]  # exactly the pool without a cache: free order
+    assert c.block_ids == (3, 2, 1, 0)  # exactly the pool without a cache: free order
 
 
 def test_assert_invariants_catches_a_shared_unnamed_block_and_a_write_into_a_named_one() -> None:
     bm = BlockManager(8, 4, enable_prefix_caching=True)
     a, b = make_seq(list(range(6)), "a"), make_seq(list(range(6)), "b")
     admit(bm, a)
-    b.block_ids = [a.block_ids[1]]
+    b.block_ids = (a.block_ids[1],)
     bm.ref_counts[a.block_ids[1]] += 1  # shared, ref counts right, but block 1 is partial
     with pytest.raises(AssertionError, match="2 owners but no name"):
         bm.assert_invariants([a, b])

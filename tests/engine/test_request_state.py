@@ -22,6 +22,9 @@ class Echo:
     def add_tokens(self, token_ids: Any) -> str:
         return "x" * len(token_ids)
 
+    def add_token(self, token_id: int) -> str:
+        return "x"
+
     def finish(self) -> str:
         return ""
 

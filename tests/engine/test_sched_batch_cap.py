@@ -80,7 +80,7 @@ def test_a_first_token_step_carries_no_batch_work_and_is_the_reference() -> None
 
 def test_bounded_steps_settle_at_the_target_and_rotate_every_batch_row() -> None:
     h, batch, chat = batch_and_chat()
-    blocks = {s.seq_id: list(s.block_ids) for s in batch}
+    blocks = {s.seq_id: s.block_ids for s in batch}
     costs = [cost_s(h, h.step()) for _ in range(6)]
     assert costs[0] == pytest.approx(0.055)  # 8 batch rows at first: over the 30 ms target
     assert all(c == pytest.approx(0.030) for c in costs[3:])  # steered: 3 rows

@@ -26,7 +26,7 @@ def planned(out: Any) -> dict[int, int]:
 
 def test_the_lane_leaves_batch_decodes_out_for_one_step_and_keeps_their_blocks() -> None:
     h, batch = batch_decoding()
-    blocks = {s.seq_id: list(s.block_ids) for s in batch}
+    blocks = {s.seq_id: s.block_ids for s in batch}
     chat = h.add(8, 4, priority=INTERACTIVE)
     assert planned(h.step()) == {chat.seq_id: 8}  # the step costs what the prompt costs
     assert h.scheduler.lane.num_steps == 1

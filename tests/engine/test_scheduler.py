@@ -56,7 +56,7 @@ def test_preemption_frees_the_most_recent_and_recomputes_it_from_scratch() -> No
     out = h.step()  # position 4 of a needs a third block: b, admitted last, is preempted
     assert out.preempted_ids == (b.request_id,)
     assert [s.request_id for s in out.scheduled] == [a.request_id]
-    assert b.num_computed_tokens == 0 and b.block_ids == [] and b.num_output_tokens == 2
+    assert b.num_computed_tokens == 0 and b.block_ids == () and b.num_output_tokens == 2
     assert list(h.scheduler.waiting) == [b]
     while h.seqs:
         h.step()

@@ -34,7 +34,7 @@ def test_n_choices_compute_the_prompt_once_and_share_its_full_blocks() -> None:
         (forks[0].seq_id, 2),
         (forks[1].seq_id, 2),
     ]
-    assert [s.block_ids for s in (leader, *forks)] == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]
+    assert [s.block_ids for s in (leader, *forks)] == [(0, 1, 2), (0, 1, 3), (0, 1, 4)]
     assert h.bm.ref_counts[:2] == [3, 3]
     assert h.scheduler.num_prompt_tokens_computed == 10 + 2 + 2
     assert [f.num_cached_tokens for f in forks] == [8, 8]

@@ -112,9 +112,10 @@ def test_a_detokenizer_failure_fails_only_its_request(
         engine.add_prompt(f"ok-{i}", prompt, GREEDY)
     (state,) = engine._requests["poison"]
 
-    def explode(token_ids: list[int]) -> str:
+    def explode(token_ids: object) -> str:
         raise UnicodeError("cannot decode")
 
+    monkeypatch.setattr(state.detokenizer, "add_token", explode)  # the engine's per-row call
     monkeypatch.setattr(state.detokenizer, "add_tokens", explode)
     outs = run_all(engine)
     assert [tokens(outs[f"ok-{i}"]) for i in range(3)] == expected

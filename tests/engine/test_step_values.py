@@ -38,14 +38,14 @@ def test_a_fast_output_is_the_constructors_value_and_stays_frozen() -> None:
         fast.text_delta = "other"  # type: ignore[misc]
 
 
-def sequence(tokens: int, computed: int, blocks: list[int]) -> Sequence:
+def sequence(tokens: int, computed: int, blocks: tuple[int, ...]) -> Sequence:
     seq = Sequence("r", list(range(100, 100 + tokens)), SamplingParams(), 0)
     seq.num_computed_tokens, seq.block_ids = computed, blocks
     return seq
 
 
 def test_a_step_puts_decodes_first_in_running_order_with_their_tokens_and_blocks() -> None:
-    chunk, first, second = sequence(10, 4, [1]), sequence(6, 5, [2, 3]), sequence(3, 2, [4])
+    chunk, first, second = sequence(10, 4, (1,)), sequence(6, 5, (2, 3)), sequence(3, 2, (4,))
     out = SchedulerOutput.build([(chunk, 3), (first, 1), (second, 1)], [second])
     assert out.scheduled == (
         ScheduledSequence("r", (105,), 5, (2, 3), True, first.seq_id),
@@ -56,7 +56,7 @@ def test_a_step_puts_decodes_first_in_running_order_with_their_tokens_and_blocks
     assert out.num_context_tokens == (5 + 1) + (2 + 1) + (4 + 3)  # computed + new, per row
     # Counted in the pass that built it, as the constructor counts them from the rows.
     assert out == SchedulerOutput(out.scheduled, 5, ("r",))
-    first.block_ids.append(9)  # the step holds a copy of the table
+    first.block_ids += (9,)  # the step keeps the table it was given
     assert out.scheduled[0].block_ids == (2, 3) and out.scheduled[2].num_scheduled_tokens == 3
 
 

@@ -101,10 +101,13 @@ class BlockManager:
             self.prefix_cache.record_admission(seq.num_tokens, hit)
         if hit.block_ids:
             self._take_hit(seq, hit)
+        fresh = []
         for _ in range(self.num_new_blocks(seq, num_new_tokens)):
             block_id = self._free.popleft() if self._free else self._evict()
             self.ref_counts[block_id] = 1
-            seq.block_ids.append(block_id)
+            fresh.append(block_id)
+        if fresh:  # a new tuple: the steps already built keep the table they were given
+            seq.block_ids += tuple(fresh)
 
     def cache_full_blocks(self, seq: Sequence, num_computed_before: int) -> None:
         """After a step: name the blocks ``seq`` filled with computed tokens in it."""
@@ -124,7 +127,7 @@ class BlockManager:
                 self.prefix_cache.park(block_id)
             else:
                 self._free.append(block_id)
-        seq.block_ids = []
+        seq.block_ids = ()
 
     def cache_stats(self) -> PrefixCacheStats:
         if self.prefix_cache is None:
@@ -151,7 +154,7 @@ class BlockManager:
             if self.ref_counts[block_id] == 0:
                 self.prefix_cache.take(block_id)
             self.ref_counts[block_id] += 1
-        seq.block_ids = list(hit.block_ids)
+        seq.block_ids = hit.block_ids
         seq.num_computed_tokens = hit.num_tokens
 
     def _evict(self) -> int:

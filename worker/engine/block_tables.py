@@ -63,8 +63,14 @@ class BlockTables:
                 row = self._new_row(item, row is not None)
             mark[row] = step
             new, old = item.block_ids, held[row]
-            n_old = len(old)
             start = item.num_computed_tokens
+            if new is old and start == ends[row]:
+                # The step after this row's last, its table unchanged: a sequence's table is a
+                # tuple replaced when it grows (`Sequence.block_ids`), 15 of 16 decode steps.
+                ends[row] = start + len(item.token_ids)
+                rows.append(row)
+                continue
+            n_old = len(old)
             if start == ends[row] and n_old and len(new) >= n_old and new[n_old - 1] == old[-1]:
                 # The step after this row's last: its table can only have grown (a sequence's
                 # blocks change only when freed, and then it leaves the batch or is announced

@@ -94,3 +94,16 @@ def _agrees(backend: Any, table: list[bytes], skip_special_tokens: bool) -> bool
         b"".join(table[i] for i in ids).decode("utf-8", "replace") == text
         for ids, text in zip(batch, expected, strict=True)
     )
+
+
+def whole_texts(table: list[bytes]) -> list[str | None]:
+    """Each id's text where its bytes are complete, valid UTF-8 alone; None where they are not
+    (part of a character split across tokens). Such a token, after whole characters, adds
+    exactly this text: what an incremental UTF-8 decoder with nothing held would return."""
+    texts: list[str | None] = []
+    for data in table:
+        try:
+            texts.append(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append(None)
+    return texts

@@ -44,6 +44,10 @@ class IncrementalDetokenizer:
         # Byte-level: each id's bytes, and the decoder holding a split character's first bytes.
         self._bytes = self._decode.token_bytes
         self._utf8 = _UTF8("replace")
+        # Byte-level without stop strings: a token of whole characters, while the UTF-8 decoder
+        # holds no split character's bytes (`_whole`), adds its table text (`add_token`).
+        self._texts = self._decode.token_texts if not self._stops else None
+        self._whole = True
         # Else ids = the prompt's last tokens + everything generated; offsets index into it.
         self._ids: list[int] = list(prompt_token_ids[-_PROMPT_CONTEXT_TOKENS:])
         self._prefix_offset = 0
@@ -63,6 +67,18 @@ class IncrementalDetokenizer:
         """The output text so far: what was returned plus what is held back."""
         return "".join(self._returned) + self._tail
 
+    def add_token(self, token_id: int) -> str:
+        """`add_tokens` of one id. Byte-level with no stop string, a token of whole characters
+        after whole characters is one lookup: the engine's per-row call each decode step."""
+        texts = self._texts
+        if texts is not None and self._whole and 0 <= token_id < len(texts):
+            text = texts[token_id]
+            if text is not None:
+                if text:
+                    self._returned.append(text)
+                return text
+        return self.add_tokens((token_id,))
+
     def add_tokens(self, token_ids: Sequence[int]) -> str:
         """Take newly generated tokens; return the text that is now safe to stream."""
         if self._finished or self.stop_string is not None:
@@ -76,6 +92,8 @@ class IncrementalDetokenizer:
             else:
                 data = b"".join(table[i] for i in token_ids if 0 <= i < size)
             added = self._utf8.decode(data)
+            if self._texts is not None:
+                self._whole = not self._utf8.getstate()[0]
             if not added:
                 return ""
             if not self._stops:  # nothing is held back for a stop string: all of it streams
@@ -106,6 +124,7 @@ class IncrementalDetokenizer:
                 if len(new_text) > known:
                     self._append(new_text[known:])
         self._finished = True
+        self._texts = None  # `add_token` then raises, as `add_tokens` does
         return self._release(final=True)
 
     def _append(self, added: str) -> None:

@@ -61,7 +61,7 @@ class RequestState:
             delta = ""
         else:
             detokenizer = self.detokenizer
-            delta = detokenizer.add_tokens((token_id,))
+            delta = detokenizer.add_token(token_id)
             if detokenizer.stop_string is not None:
                 reason = FinishReason.STOP_STRING
             elif n >= self._end_len:
@@ -69,7 +69,17 @@ class RequestState:
         if reason is not None:
             delta += self.detokenizer.finish()
         lps = (logprobs,) if logprobs is not None else ()
-        return self.output((token_id,), delta, lps, reason, n - self._num_prompt), reason
+        # `output` inlined: one call a row a step fewer.
+        out = RequestOutput.fast(
+            self._fixed,
+            (token_id,),
+            delta,
+            reason,
+            n - self._num_prompt,
+            lps,
+            self.seq.num_cached_tokens,
+        )
+        return out, reason
 
     def reserve(self) -> int:
         """Hold the place of the token a step just launched will sample: the index it will

@@ -312,6 +312,7 @@ class Scheduler:
         # of a 256-row decode step took 0.11 ms against 0.17-0.18 (`host_overhead.py
         # --stub-device`, Zen 4, BENCHMARKS.md).
         sampled: Counter[str] = Counter()
+        forks = bool(self._forks)  # read once: only an admission holds forks back
         for item in output.scheduled:
             seq = running.get(item.seq_id)
             if seq is None:
@@ -326,7 +327,7 @@ class Scheduler:
                 bm.cache_full_blocks(seq, before)
             if after == len(seq.token_ids):  # it samples a token this step
                 sampled[seq.tenant] += 1
-            if self._forks and after >= seq.num_prompt_tokens:
+            if forks and after >= seq.num_prompt_tokens:
                 self._release_forks(seq)
         for tenant, num_tokens in sampled.items():
             self.fair_share.charge(tenant, output_tokens=num_tokens)

@@ -68,7 +68,7 @@ class SchedulerOutput:
                 seq.request_id,
                 (ids[start],) if n == 1 else tuple(ids[start:end]),
                 start,
-                tuple(seq.block_ids),
+                seq.block_ids,  # a tuple, never changed in place (`Sequence`)
                 end == len(ids),
                 seq.seq_id,
             )

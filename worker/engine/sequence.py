@@ -61,7 +61,9 @@ class Sequence:
         self.token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_computed_tokens = 0
-        self.block_ids: list[int] = []
+        # A tuple, replaced when it grows (once per block_size tokens): a step's decision holds
+        # it as it is, where a list had to be copied for each row each step.
+        self.block_ids: tuple[int, ...] = ()
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.num_preemptions = 0

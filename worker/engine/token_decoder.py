@@ -22,7 +22,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Protocol
 
-from worker.engine.byte_tokens import byte_level_table
+from worker.engine.byte_tokens import byte_level_table, whole_texts
 
 
 class Tokenizer(Protocol):
@@ -45,6 +45,10 @@ class TokenDecoder:
         self.token_bytes = (
             None if self.direct is None else byte_level_table(self.direct, skip_special_tokens)
         )
+        # With it, each id's text where its bytes are whole UTF-8 on their own (None where a
+        # character is split across tokens): a token that follows whole characters is then
+        # one lookup, without the incremental UTF-8 decoder's Python-level call.
+        self.token_texts = None if self.token_bytes is None else whole_texts(self.token_bytes)
 
     def __call__(self, token_ids: list[int]) -> str:
         if len(token_ids) == 1:
