@@ -60,6 +60,21 @@ def test_cpu_kernels_bench_tiny(tmp_path: Path) -> None:
         assert result["speedup"] == result["torch_us"] / result["ours_us"] > 0
 
 
+def test_prefill_attention_bench_tiny(tmp_path: Path) -> None:
+    """`prefill_attention.py` checks the reference against the explicit mask before timing,
+    for fresh and continued chunks, and reports both times and their ratio."""
+    bench = load("prefill_attention")
+    out = tmp_path / "prefill_attention.json"
+    args = ["--chunks", "40x40", "50x17", "--dtypes", "float32", "bfloat16", "--repeats", "1"]
+    report = bench.main([*args, "--threads", str(torch.get_num_threads()), "--out", str(out)])
+    assert out.exists()
+    assert set(report["chunks"]) == {
+        f"{c}/{d}" for c in ("40x40", "50x17") for d in ("float32", "bfloat16")
+    }
+    for r in report["chunks"].values():
+        assert r["masked_over_reference"] == r["masked_ms"] / r["reference_ms"] > 0
+
+
 def test_cpu_linear_bench_tiny(tmp_path: Path) -> None:
     bench = load("cpu_linear")
     out = tmp_path / "cpu_linear.json"
