@@ -139,9 +139,9 @@ def paged_prefill_attention(
         v = gather_kv(v_cache, block_tables[b : b + 1], ctx)[:, :, :ctx]
         if q_len == ctx:
             # A chunk with nothing before it: SDPA's own causal mask, which skips the blocks
-            # above the diagonal (the same bits as the mask below, in 0.65-0.74x the time at 512
-            # and 1,024 tokens: `ops/bench/prefill_attention.py`). Its mask is aligned top-left,
-            # so a chunk after cached tokens keeps the explicit one.
+            # above the diagonal (the same bits as the mask below, in 0.65-0.73x the time at
+            # 1,024 tokens and 0.71-1.04x at 512: `ops/bench/prefill_attention.py`). Its mask is
+            # aligned top-left, so a chunk after cached tokens keeps the explicit one.
             allowed = None
         else:
             q_pos = torch.arange(ctx - q_len, ctx, device=q.device)
