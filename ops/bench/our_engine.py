@@ -29,6 +29,7 @@ OUR_DTYPES: dict[str, str | None] = {
     "ours-abf16": None,
     "ours-a8bf16": None,
     "ours-kvbf16": None,
+    "ours-a8-kvbf16": None,
     "ours-a8bf16-kvbf16": None,
     "ours-bf16": "bfloat16",
 }
@@ -42,11 +43,16 @@ OUR_ACTIVATIONS: dict[str, Any] = {
     "ours-a8": "int8",
     "ours-abf16": "bfloat16",
     "ours-a8bf16": "int8+bfloat16",
+    "ours-a8-kvbf16": "int8",
     "ours-a8bf16-kvbf16": "int8+bfloat16",
 }
 # ours-kvbf16: the default with its K/V cache in bf16 (`--kv-cache-dtype bfloat16`), as vLLM's
-# auto cache dtype is for its bf16 model; ours-a8bf16-kvbf16: that and ours-a8bf16's activations.
-OUR_KV_DTYPES: dict[str, Any] = {"ours-kvbf16": "bfloat16", "ours-a8bf16-kvbf16": "bfloat16"}
+# auto cache dtype is for its bf16 model; ours-a8bf16-kvbf16: that and ours-a8bf16's activations;
+# ours-a8-kvbf16: that and ours-a8's, the same thing where a CPU lacks bf16 arithmetic (AVX2:
+# `bfloat16` falls back to exact x there, with a warning) under a name that says what runs.
+OUR_KV_DTYPES: dict[str, Any] = {
+    name: "bfloat16" for name in ("ours-kvbf16", "ours-a8-kvbf16", "ours-a8bf16-kvbf16")
+}
 
 
 def add_engine_arguments(

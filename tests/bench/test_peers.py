@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,31 @@ def test_main_reports_missing_peers(
     assert {s["status"] for s in report["systems"].values()} == {"not installed"}
     assert set(report["systems"]) == {"vllm-bind", "vllm-nobind", "llama.cpp-f32"}
     assert len(peers.read_workload(out.with_suffix(".workload.json"))) == 3
+
+
+def test_report_is_written_after_each_system(
+    peers: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped part way keeps the systems it finished, marked partial."""
+    out = tmp_path / "peers.json"
+    argv = ["--no-ours", "--peers", "vllm-bind,llama.cpp-f32", "--venv-root", str(tmp_path)]
+    argv += ["--num-requests", "3", "--scale", "0.05", "--threads", "1", "--out", str(out)]
+    run_peer = peers.run_peer
+
+    def stop_at_llamacpp(peer: Any, *args: Any) -> dict[str, Any]:
+        if peer.name == "llama.cpp-f32":
+            raise KeyboardInterrupt
+        return run_peer(peer, *args)
+
+    monkeypatch.setattr(peers, "run_peer", stop_at_llamacpp)
+    with pytest.raises(KeyboardInterrupt):
+        peers.main(argv)
+    kept = json.loads(out.read_text())
+    assert kept["partial"] is True
+    assert set(kept["systems"]) == {"vllm-bind"}
+    monkeypatch.setattr(peers, "run_peer", run_peer)
+    assert peers.main(argv)["partial"] is False
+    assert json.loads(out.read_text())["partial"] is False
 
 
 def test_local_systems_run_beside_ours(peers: ModuleType, tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ DEFAULT_PEERS = "vllm-bind,vllm-nobind,llama.cpp-f32,llama.cpp-q4_1"
 # engine.py's, run in this process
 LOCAL_SYSTEMS = {
     *("ours-fp32", "ours-a8", "ours-abf16", "ours-a8bf16", "ours-bf16"),
-    *("ours-kvbf16", "ours-a8bf16-kvbf16"),
+    *("ours-kvbf16", "ours-a8-kvbf16", "ours-a8bf16-kvbf16"),
     *("hf-cb", "hf-static"),
 }
 

@@ -279,25 +279,35 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not args.no_ours:
         runs.insert(0, ("ours", lambda n: run_local(bench, args, workload, n)))
     runs += [(name, lambda n: run_peer(PEERS[n], args, workload_path)) for name in args.peers]
-    for name, run in runs:
-        print(f"running {name} ...", flush=True)
-        before = [round(x, 2) for x in os.getloadavg()]
-        systems[name] = run(name)
-        systems[name]["loadavg_before_after"] = [before, [round(x, 2) for x in os.getloadavg()]]
-        print(f"  {name}: {systems[name]['status']}", flush=True)
-    compare(systems, [r.request_id for r in workload[: args.parity_requests]])
-    report = {
+    report: dict[str, Any] = {
         "config": {k: str(v) for k, v in vars(args).items() if k != "token_ids"},
         "workload": {k: v for k, v in totals.items() if not k.endswith("_lens")},
         "threads": args.threads,
         "loadavg_start": loadavg,
         "systems": systems,
     }
+    parity_ids = [r.request_id for r in workload[: args.parity_requests]]
+    for name, run in runs:
+        print(f"running {name} ...", flush=True)
+        before = [round(x, 2) for x in os.getloadavg()]
+        systems[name] = run(name)
+        systems[name]["loadavg_before_after"] = [before, [round(x, 2) for x in os.getloadavg()]]
+        print(f"  {name}: {systems[name]['status']}", flush=True)
+        compare(systems, parity_ids)
+        # After every system, not only at the end: on a slow machine a full run of every peer
+        # takes an hour, and one stopped early keeps what it measured ("partial": true).
+        write_out(args.out, report, partial=True)
+    write_out(args.out, report, partial=False)
     print_table(report)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2))
     return report
+
+
+def write_out(out: Path | None, report: dict[str, Any], partial: bool) -> None:
+    report["partial"] = partial
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
