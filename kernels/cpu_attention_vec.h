@@ -12,45 +12,18 @@
 // block instead of a token), with each V vector loaded once for all G heads.
 #pragma once
 
-#include <immintrin.h>
-
 #include <cstdint>
+
+#include "cpu_float_vec.h"
 
 namespace paternoster {
 namespace attention_vec {
 
 #if defined(__AVX512F__)
-constexpr int64_t kLanes = 16;
-using Vec = __m512;
-inline Vec zero() { return _mm512_setzero_ps(); }
-inline Vec load(const float* p) { return _mm512_loadu_ps(p); }
-// bf16 is float32's upper half: widen 16 values by zero-extending to 32 bits and shifting.
-inline Vec load(const uint16_t* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline Vec splat(float x) { return _mm512_set1_ps(x); }
-inline void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-inline float sum(Vec v) { return _mm512_reduce_add_ps(v); }
+using namespace fvec::zmm;
 #define PATERNOSTER_ATTENTION_VEC 1
 #elif defined(__AVX2__) && defined(__FMA__)
-constexpr int64_t kLanes = 8;
-using Vec = __m256;
-inline Vec zero() { return _mm256_setzero_ps(); }
-inline Vec load(const float* p) { return _mm256_loadu_ps(p); }
-inline Vec load(const uint16_t* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline Vec splat(float x) { return _mm256_set1_ps(x); }
-inline void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-inline float sum(Vec v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
+using namespace fvec::ymm;
 #define PATERNOSTER_ATTENTION_VEC 1
 #endif
 

@@ -43,7 +43,6 @@ constexpr int64_t gemm_min_rows([[maybe_unused]] int64_t format) {
     return format == kQ8_0 ? 6 : 3;
 #endif
 }
-constexpr int64_t kLanes = sizeof(vf) / sizeof(float);  // int32 lanes a step, 8 a block
 alignas(64) const uint8_t kZeroBlock[64] = {};  // the missing second block of an odd row
 
 // Where element e of block j of a step sits among the step's codes, and the lane (of the 8 a
@@ -99,12 +98,12 @@ void quantize_rows(const float* x, int64_t ldx, int64_t rows, int64_t nb, Acts& 
 template <int64_t F, int64_t R, int64_t O>
 void q8_block(const Acts& acts, int64_t r0, const uint8_t* w, int64_t ldw, int64_t nb,
               float* out, int64_t ldo) {
-    vf acc[R][O];
+    Vec acc[R][O];
     for (int64_t r = 0; r < R; ++r)
-        for (int64_t o = 0; o < O; ++o) acc[r][o] = vzero();
+        for (int64_t o = 0; o < O; ++o) acc[r][o] = zero();
     for (int64_t s = 0; s < acts.steps; ++s) {
         vi q[O];
-        vf d[O], m[O];
+        Vec d[O], m[O];
         for (int64_t o = 0; o < O; ++o) {
             const uint8_t* b0 = w + o * ldw + s * kStep * block_bytes(F);
             const uint8_t* b1 = kStep == 1 || s * kStep + 1 < nb ? b0 + block_bytes(F) : kZeroBlock;
@@ -115,16 +114,16 @@ void q8_block(const Acts& acts, int64_t r0, const uint8_t* w, int64_t ldw, int64
         for (int64_t r = 0; r < R; ++r) {
             const int64_t lane = acts.lane(r0 + r, s);
             const vi a = iload(acts.codes(r0 + r, s)), init = iload(&acts.init[lane]);
-            const vf dx = vload(&acts.dx[lane]), sx = vload(&acts.sx[lane]);
+            const Vec dx = load(&acts.dx[lane]), sx = load(&acts.sx[lane]);
             for (int64_t o = 0; o < O; ++o) {
-                const vf t = vcvt(dot<F>(q[o], a, init));
-                acc[r][o] = vfma(t, vmul(d[o], dx), acc[r][o]);
-                if constexpr (F == kQ4_1) acc[r][o] = vfma(m[o], sx, acc[r][o]);
+                const Vec t = cvt(dot<F>(q[o], a, init));
+                acc[r][o] = fma(t, mul(d[o], dx), acc[r][o]);
+                if constexpr (F == kQ4_1) acc[r][o] = fma(m[o], sx, acc[r][o]);
             }
         }
     }
     for (int64_t r = 0; r < R; ++r)
-        for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = vsum(acc[r][o]);
+        for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = sum(acc[r][o]);
 }
 
 // O weight rows against every row of x, in passes of up to kQRows rows.

@@ -51,10 +51,8 @@ SOURCES = [
     _HERE / "cpu_int8_linear.cpp",
     _HERE / "cpu_decode_stack.cpp",
 ]
-HEADERS = [
-    _HERE / name
-    for name in ("cpu_ops.h", "cpu_quant.h", "cpu_q8_vec.h", "cpu_q8_gemm.h", "cpu_attention_vec.h")
-]
+# Every header beside the sources, so a header added later enters the build's digest too.
+HEADERS = sorted(_HERE.glob("cpu_*.h"))
 # -fopenmp: at::parallel_for is inline OpenMP code compiled into this module; without the flag
 # its pragma is ignored and the kernel runs on one thread (measured: 2 threads no faster than 1).
 # The module then needs libgomp.so.1, which resolves to the copy torch has already loaded, so

@@ -1,7 +1,9 @@
 // The vector primitives of gguf_linear_q8's one-row-per-vector kernel (cpu_gguf_q8.cpp), per
-// ISA: a step of two blocks in a zmm with VNNI, one block in a ymm with AVX2's maddubs.
+// ISA: a step of two blocks in a zmm with VNNI, one block in a ymm with AVX2's maddubs. The
+// float side (Vec, kLanes: a step's int32 lanes, 8 a block) is cpu_float_vec.h's of that width.
 #pragma once
 
+#include "cpu_float_vec.h"
 #include "cpu_quant.h"
 
 namespace paternoster {
@@ -13,15 +15,9 @@ using namespace quant;
 constexpr int64_t kStep = 2;  // blocks a step
 constexpr int64_t kQRows = 4, kQOut = 3;  // 12 accumulators + 9 weight vectors of 32 zmm
 constexpr int64_t kQ8Offset = 128;
-typedef __m512 vf;
+using namespace fvec::zmm;
 typedef __m512i vi;
-inline vf vzero() { return _mm512_setzero_ps(); }
-inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
 inline vi iload(const void* p) { return _mm512_loadu_si512(p); }
-inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-inline vf vcvt(vi v) { return _mm512_cvtepi32_ps(v); }
-inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
 
 // 4-bit codes come out as (b0 0-15, b1 0-15, b0 16-31, b1 16-31): x's codes are stored in that
 // order (`code_index`), which saves a lane shuffle a weight row and step.
@@ -46,8 +42,8 @@ inline vi codes(const uint8_t* b0, const uint8_t* b1) {
 
 // The step's scales d (and Q4_1's mins m) in each block's lanes: one vcvtph2ps, one vpermps.
 template <int64_t F>
-inline void step_scales(const uint8_t* b0, const uint8_t* b1, vf& d, vf& m) {
-    const vf h = _mm512_castps128_ps512(_mm_cvtph_ps(
+inline void step_scales(const uint8_t* b0, const uint8_t* b1, Vec& d, Vec& m) {
+    const Vec h = _mm512_castps128_ps512(_mm_cvtph_ps(
         _mm_insert_epi32(_mm_cvtsi32_si128(load32(b0)), load32(b1), 1)));  // d0 m0 d1 m1 (Q4_1)
     // (Q4_0 and Q8_0 read their first two codes in m's place, and use only d.)
     const vi di = kInterleaved<F>
@@ -67,19 +63,9 @@ inline vi dot(vi w, vi a, vi init) {
 constexpr int64_t kStep = 1;
 constexpr int64_t kQRows = 2, kQOut = 2;  // 4 accumulators + 6 weight vectors of 16 ymm
 constexpr int64_t kQ8Offset = 0;  // signed codes: maddubs takes |q| and q's sign moves onto x
-typedef __m256 vf;
+using namespace fvec::ymm;
 typedef __m256i vi;
-inline vf vzero() { return _mm256_setzero_ps(); }
-inline vf vload(const float* p) { return _mm256_loadu_ps(p); }
 inline vi iload(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-inline vf vcvt(vi v) { return _mm256_cvtepi32_ps(v); }
-inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-inline float vsum(vf v) {
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-}
 
 template <int64_t F>
 constexpr bool kInterleaved = false;
@@ -92,7 +78,7 @@ inline vi codes(const uint8_t* b0, const uint8_t*) {
 }
 
 template <int64_t F>
-inline void step_scales(const uint8_t* b0, const uint8_t*, vf& d, vf& m) {
+inline void step_scales(const uint8_t* b0, const uint8_t*, Vec& d, Vec& m) {
     d = _mm256_set1_ps(half(b0));
     if constexpr (F == kQ4_1) m = _mm256_set1_ps(half(b0 + 2));
 }
