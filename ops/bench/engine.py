@@ -64,11 +64,12 @@ from ops.bench.engine_workload import (
     workload_totals,
 )
 from ops.bench.hf_peers import HF_RUNNERS, load_hf
-from ops.bench.our_engine import OUR_DTYPES, add_engine_arguments, run_ours
+from ops.bench.our_engine import add_engine_arguments, run_ours
+from ops.bench.our_systems import OUR_SYSTEMS
 from worker.models.config import ModelConfig
 from worker.models.loader import load_tokenizer, resolve_model_dir
 
-SYSTEMS = (*OUR_DTYPES, *HF_RUNNERS)
+SYSTEMS = (*OUR_SYSTEMS, *HF_RUNNERS)
 DEFAULT_SYSTEMS = "ours,hf-static,hf-cb"
 PARITY_REQUESTS = 8
 

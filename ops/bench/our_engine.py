@@ -16,43 +16,10 @@ from dataclasses import replace
 from typing import Any
 
 from ops.bench.engine_workload import WARMUP_OUTPUT, BenchRequest, SystemResult
+from ops.bench.our_systems import OUR_SYSTEMS
 from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
-
-# ours-bf16: our engine with bf16 weights and KV (AVX512-BF16 CPUs run bf16 GEMMs at ~2x fp32).
-# "ours" and the HF peers take --dtype: fp32 on the CPU, bf16 on CUDA unless told otherwise.
-OUR_DTYPES: dict[str, str | None] = {
-    "ours": None,
-    "ours-fp32": None,
-    "ours-a8": None,
-    "ours-abf16": None,
-    "ours-a8bf16": None,
-    "ours-kvbf16": None,
-    "ours-a8-kvbf16": None,
-    "ours-a8bf16-kvbf16": None,
-    "ours-bf16": "bfloat16",
-}
-# ours-fp32: the GGUF's blocks dequantized to fp32 at load (exact HF parity), against "ours",
-# which takes the engine's default (`auto`: the file's own blocks for a quantized GGUF on the CPU).
-OUR_QUANTIZATION: dict[str, Any] = {"ours-fp32": "none"}  # one of EngineConfig.quantization's
-# ours-a8: the default's blocks with x rounded to 8 bits (`--quant-activations int8`).
-# ours-abf16: the default's blocks with steps of 48+ rows multiplied in bf16 (`bfloat16`).
-# ours-a8bf16: both, x rounded to 8 bits below those rows (`int8+bfloat16`).
-OUR_ACTIVATIONS: dict[str, Any] = {
-    "ours-a8": "int8",
-    "ours-abf16": "bfloat16",
-    "ours-a8bf16": "int8+bfloat16",
-    "ours-a8-kvbf16": "int8",
-    "ours-a8bf16-kvbf16": "int8+bfloat16",
-}
-# ours-kvbf16: the default with its K/V cache in bf16 (`--kv-cache-dtype bfloat16`), as vLLM's
-# auto cache dtype is for its bf16 model; ours-a8bf16-kvbf16: that and ours-a8bf16's activations;
-# ours-a8-kvbf16: that and ours-a8's, the same thing where a CPU lacks bf16 arithmetic (AVX2:
-# `bfloat16` falls back to exact x there, with a warning) under a name that says what runs.
-OUR_KV_DTYPES: dict[str, Any] = {
-    name: "bfloat16" for name in ("ours-kvbf16", "ours-a8-kvbf16", "ours-a8bf16-kvbf16")
-}
 
 
 def add_engine_arguments(
@@ -134,20 +101,24 @@ class StepCounter:
 def run_ours(
     args: argparse.Namespace, workload: Sequence[BenchRequest], warm: list[int], name: str = "ours"
 ) -> SystemResult:
-    """``ours``, ``ours-fp32``, ``ours-a8`` or ``ours-bf16`` (``OUR_DTYPES``) on engine.py's
-    flags."""
+    """``name``, one of ``OUR_SYSTEMS`` (``ours``, ``ours-fp32``, ...), on engine.py's flags."""
     # The model as the user named it (None: the bundled GGUF), not args.model_dir, its converted
     # HF directory: from that the engine cannot keep the file's blocks, so until 2026-12-04 "ours"
     # here ran fp32 weights, as ours-fp32 does.
     config = engine_config(args, args.model, args.device)
-    dtype: Any = OUR_DTYPES[name] or args.dtype  # one of EngineConfig.dtype's (--dtype's choices)
+    system = OUR_SYSTEMS[name]
+    # Each one of its EngineConfig field's values (--dtype's choices for dtype).
+    dtype: Any = system.dtype or args.dtype
+    quantization: Any = system.quantization or config.quantization
+    activations: Any = system.activations or config.quant_activations
+    kv_dtype: Any = system.kv_dtype or config.cache.dtype
     engine = LLMEngine(
         replace(
             config,
             dtype=dtype,
-            quantization=OUR_QUANTIZATION.get(name, config.quantization),
-            quant_activations=OUR_ACTIVATIONS.get(name, config.quant_activations),
-            cache=replace(config.cache, dtype=OUR_KV_DTYPES.get(name, config.cache.dtype)),
+            quantization=quantization,
+            quant_activations=activations,
+            cache=replace(config.cache, dtype=kv_dtype),
             linear_backend=args.linear_backend,
             enforce_eager=args.enforce_eager,
         )

@@ -19,6 +19,8 @@ from pathlib import Path
 from subprocess import PIPE
 from typing import Any
 
+from ops.bench.our_systems import OUR_SYSTEMS
+
 PEERS_DIR = Path(__file__).resolve().parent
 RESULT_PREFIX = "PEER_RESULT "
 
@@ -55,11 +57,8 @@ PEERS = {
 }
 DEFAULT_PEERS = "vllm-bind,vllm-nobind,llama.cpp-f32,llama.cpp-q4_1"
 # engine.py's, run in this process
-LOCAL_SYSTEMS = {
-    *("ours-fp32", "ours-a8", "ours-abf16", "ours-a8bf16", "ours-bf16"),
-    *("ours-kvbf16", "ours-a8-kvbf16", "ours-a8bf16-kvbf16"),
-    *("hf-cb", "hf-static"),
-}
+# ("ours" itself runs unless --no-ours.)
+LOCAL_SYSTEMS = {*OUR_SYSTEMS, "hf-cb", "hf-static"} - {"ours"}
 
 
 def peer_python(peer: Peer, venv_root: Path) -> Path | None:

@@ -111,7 +111,7 @@ def run_local(
     bench_args = bench.parse_args(["--threads", str(args.threads), "--systems", name])
     bench_args.model_dir = args.model_dir
     warm = bench.warmup_prompt(args.token_ids)
-    if name in bench.OUR_DTYPES:
+    if name in bench.OUR_SYSTEMS:
         run = functools.partial(bench.run_ours, bench_args, workload, warm, name)
     else:
         model = bench.load_hf(args.model_dir)
