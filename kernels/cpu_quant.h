@@ -78,6 +78,12 @@ inline int32_t quantize_block(const float* xb, int8_t* a, float& dx) {
 void gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
                   int64_t nb, int64_t format, float* out);
 
+// out (rows, n) = x @ W.T exactly (x in fp32), for kTileMinRows rows and more on AVX2 only: an
+// fp32 tile of a few weight rows (cpu_gguf_tile_avx2.cpp; AVX-512's registers hold 8 rows).
+constexpr int64_t kTileMinRows = 3;
+void gguf_tiled(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
+                int64_t nb, int64_t format, float* out);
+
 // 16 floats: one register on AVX-512, two on AVX2 (gcc splits the vector_size arithmetic).
 typedef float f16v __attribute__((vector_size(64)));
 

@@ -9,7 +9,8 @@
 // weight rows, which stay in L1. On a Zen 5 EPYC (1 thread, the file's 210 Q4_1 projections)
 // this replaced passes of 4 rows x 2 weight rows and, past 16 rows, an fp32 tile per weight-row
 // pair: 16 rows 35.8 -> 20.0 ms, 32 rows 83.4 -> 41.0 (oneDNN fp32 40.8), 64 rows 84 where the
-// tile took 102 (BENCHMARKS.md, issue 23).
+// tile took 102 (BENCHMARKS.md, issue 23). AVX2 holds 2 x 2 in registers, so from 3 rows it
+// takes an fp32 tile instead (cpu_gguf_tile_avx2.cpp).
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -20,38 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "cpu_quant.h"
+#include "cpu_gguf_dequant.h"
 
 namespace paternoster {
 namespace {
 
 using namespace quant;
-
-// The block's 32 weights as (elements 0-15, elements 16-31).
-template <int64_t F>
-inline void dequant(const uint8_t* b, f16v& lo, f16v& hi) {
-    const float d = half(b);
-    const f16v dv = splat(d);
-    if constexpr (F == kQ8_0) {
-        lo = widen(load16(b + 2), true) * dv;
-        hi = widen(load16(b + 18), true) * dv;
-    } else {
-        const f16v mv = splat(F == kQ4_1 ? half(b + 2) : -8.0f * d);
-        const __m128i q = load16(b + (F == kQ4_1 ? 4 : 2)), low4 = _mm_set1_epi8(0x0F);
-        lo = widen(_mm_and_si128(q, low4), false) * dv + mv;
-        hi = widen(_mm_and_si128(_mm_srli_epi16(q, 4), low4), false) * dv + mv;
-    }
-}
-
-template <int64_t F>
-void dequant_row(const uint8_t* src, int64_t nb, float* dst) {
-    for (int64_t b = 0; b < nb; ++b) {
-        f16v lo, hi;
-        dequant<F>(src + b * block_bytes(F), lo, hi);
-        std::memcpy(dst + b * kBlock, &lo, sizeof(lo));
-        std::memcpy(dst + b * kBlock + 16, &hi, sizeof(hi));
-    }
-}
 
 // out[r * ldo + o] for R rows of x and O weight rows of `nb` blocks each (`ldw` bytes apart).
 template <int64_t F, int64_t R, int64_t O>
@@ -115,9 +90,13 @@ void gguf_tail(int64_t left, const float* x, int64_t ldx, int64_t rows, const ui
         gguf_tail<F, O - 1>(left, x, ldx, rows, w, ldw, nb, out, ldo);
 }
 
+
 template <int64_t F>
 void gguf_all(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
               int64_t nb, float* out) {
+#if !defined(__AVX512F__)
+    if (rows >= kTileMinRows) return gguf_tiled(x, ldx, rows, w, n, nb, F, out);
+#endif
     const int64_t ldw = nb * block_bytes(F);
     // Threads split the weight rows, so each streams its part of W once; grain 16 groups keeps
     // the smallest projection here (192 rows of k/v) on 2+ threads.

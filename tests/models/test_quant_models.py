@@ -255,8 +255,8 @@ def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
 
 @pytest.mark.parametrize("arch", [None, pytest.param("haswell", marks=pytest.mark.slow)])
 def test_the_gemm_threshold_follows_the_kernels_isa(arch: str | None) -> None:
-    """AVX2's register kernels lose to dequantize + `F.linear` from a few rows, AVX-512's only
-    from about 56 (`quant.GEMM_MIN_ROWS`), so each weight takes its build's thresholds."""
+    """AVX2's exact kernels lose to dequantize + `F.linear` from about 16 rows, AVX-512's from
+    about 56 (`quant.GEMM_MIN_ROWS`), so each weight takes its build's thresholds."""
     from kernels import cpu_ops
     from kernels import quant_reference as qr
 

@@ -42,7 +42,14 @@ log = logging.getLogger(__name__)
 #   rows, 72.3 / 65.9 at 3, 83.3 / 62.3 at 4, 175.6 / 73.6 at 8 (2 rows x 2 weight rows a pass,
 #   each block dequantized again per 2 rows: 9.5 ms a row). int8's 4 is not measured: its kernel
 #   took 63.1 ms at 2 rows, 122.1 at 3.
-GEMM_MIN_ROWS = {"avx512": (56, 64), "avx2": (3, 4)}
+#   Since then the AVX2 kernel takes 3 rows and more through an fp32 tile of 3 weight rows
+#   (kernels/cpu_quant_linear.cpp, `gguf_tiled`), each block dequantized once per call. The
+#   haswell build on a Zen 4 EPYC (no AVX2-only CPU that session; PATERNOSTER_CPU_ARCH=haswell
+#   MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2, 2026-12-06,
+#   ops/bench/results/avx2-tile-1206/), kernel / dequantize + GEMM: 32.9 / 47.4 at 3 rows,
+#   45.7 / 54.7 at 8, 56.1 / 61.4 at 12, 68.1 / 67.8 at 16, 79.6 / 78.6 at 20, 115.4 / 100.8
+#   at 32, 207.3 / 175.0 at 64: the GEMM from 16.
+GEMM_MIN_ROWS = {"avx512": (56, 64), "avx2": (16, 4)}
 ANY_ROWS = 1 << 30  # a row count past any step's
 # `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
 # count: from a few rows (3-6, `gemm_min_rows` in kernels/cpu_gguf_q8.cpp) its panel GEMM
