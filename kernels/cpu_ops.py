@@ -45,7 +45,7 @@ SOURCES = [
     _HERE / "cpu_layer_ops.cpp",
     _HERE / "cpu_linear.cpp",
     _HERE / "cpu_quant_linear.cpp",
-    _HERE / "cpu_gguf_tile_avx2.cpp",
+    _HERE / "cpu_gguf_avx2.cpp",
     _HERE / "cpu_gguf_q8.cpp",
     _HERE / "cpu_gguf_q8_gemm.cpp",
     _HERE / "cpu_gguf_q8_gemm_avx2.cpp",

@@ -9,8 +9,8 @@
 // weight rows, which stay in L1. On a Zen 5 EPYC (1 thread, the file's 210 Q4_1 projections)
 // this replaced passes of 4 rows x 2 weight rows and, past 16 rows, an fp32 tile per weight-row
 // pair: 16 rows 35.8 -> 20.0 ms, 32 rows 83.4 -> 41.0 (oneDNN fp32 40.8), 64 rows 84 where the
-// tile took 102 (BENCHMARKS.md, issue 23). AVX2 holds 2 x 2 in registers, so from 3 rows it
-// takes an fp32 tile instead (cpu_gguf_tile_avx2.cpp).
+// tile took 102 (BENCHMARKS.md, issue 23). That is AVX-512's path; AVX2 builds run
+// cpu_gguf_avx2.cpp's (gcc keeps these 16-float vectors in memory there).
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -54,31 +54,17 @@ void gguf_block(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, int6
         for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = hsum(acc[r][o]);
 }
 
-// gguf_block with R = rows, 1 <= rows <= kRows: each block dequantized once for all of them.
-template <int64_t F, int64_t O, int64_t R = kRows>
-void gguf_few(int64_t rows, const float* x, int64_t ldx, const uint8_t* w, int64_t ldw,
-              int64_t nb, float* out, int64_t ldo) {
-    if (rows == R)
-        gguf_block<F, R, O>(x, ldx, w, ldw, nb, out, ldo);
-    else if constexpr (R > 1)
-        gguf_few<F, O, R - 1>(rows, x, ldx, w, ldw, nb, out, ldo);
-}
-
-// O weight rows against all rows of x, in passes of kRows rows.
+// O weight rows against all rows of x, in passes of kRows rows (each block dequantized once a
+// pass).
 template <int64_t F, int64_t O>
 void gguf_rows(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t ldw,
                int64_t nb, float* out, int64_t ldo) {
-    for (int64_t r = 0; r < rows; r += kRows) {
-        const int64_t n = std::min(kRows, rows - r);
-        gguf_few<F, O>(n, x + r * ldx, ldx, w, ldw, nb, out + r * ldo, ldo);
-    }
+    in_passes<kRows>(rows, [&](int64_t r, auto n) {
+        gguf_block<F, decltype(n)::value, O>(x + r * ldx, ldx, w, ldw, nb, out + r * ldo, ldo);
+    });
 }
 
-#if defined(__AVX512F__)
 constexpr int64_t kGgufOut = 3;  // 8 x 3 accumulators, 6 weight, x of 32 zmm (32 rows: 56 -> 41 ms)
-#else
-constexpr int64_t kGgufOut = kOut;
-#endif
 
 // The last n % kGgufOut weight rows (fewer than a group), one group of their own size.
 template <int64_t F, int64_t O = kGgufOut - 1>
@@ -90,13 +76,12 @@ void gguf_tail(int64_t left, const float* x, int64_t ldx, int64_t rows, const ui
         gguf_tail<F, O - 1>(left, x, ldx, rows, w, ldw, nb, out, ldo);
 }
 
-
 template <int64_t F>
 void gguf_all(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
               int64_t nb, float* out) {
 #if !defined(__AVX512F__)
-    if (rows >= kTileMinRows) return gguf_tiled(x, ldx, rows, w, n, nb, F, out);
-#endif
+    gguf_linear_avx2(x, ldx, rows, w, n, nb, F, out);  // the 16-float vectors here are AVX-512's
+#else
     const int64_t ldw = nb * block_bytes(F);
     // Threads split the weight rows, so each streams its part of W once; grain 16 groups keeps
     // the smallest projection here (192 rows of k/v) on 2+ threads.
@@ -110,6 +95,7 @@ void gguf_all(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64
                 gguf_tail<F>(n - o0, x, ldx, rows, wp, ldw, nb, out + o0, n);
         }
     });
+#endif
 }
 
 }  // namespace

@@ -2,9 +2,9 @@
 torch references in kernels/quant_reference.py, over odd shapes.
 
 Every test runs twice: on the build for this machine and on one made with ``-march=haswell``
-(`cpu_ops.load("haswell")`), which compiles the AVX2 code paths (1-2 rows: 2 x 2 accumulators,
-two ymm per 16 floats; 3 rows and more: the fp32 tile of 3 weight rows) even on an AVX-512
-machine. That second build is a module of its own, about a
+(`cpu_ops.load("haswell")`), which compiles the AVX2 code paths (kernels/cpu_gguf_avx2.cpp:
+registers for up to 15 rows, 4 at a time; the fp32 tile of 3 weight rows from 16) even on an
+AVX-512 machine. That second build is a module of its own, about a
 minute on 2 cores the first time, so its cases are marked slow."""
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def random_blocks(fmt: qr.BlockFormat, n: int, k: int, seed: int) -> torch.Tenso
 
 
 # k: one block, 3 and 5 blocks (not a multiple of any vector or tile width), the model's 576.
-# n: counts that leave 1 or 2 weight rows after the groups of 2 (AVX2, few rows) or 3 (AVX-512,
-# AVX2's tile). Rows: both AVX2 paths, and tiles of 4 rows with 1-3 left over.
+# n: counts that leave 1 or 2 weight rows after the groups of 2 (AVX2's registers) or 3 (AVX-512,
+# AVX2's tile). Rows: both AVX2 paths, each in passes of 4 rows with 0-3 left over.
 SHAPES = [(32, 1), (64, 2), (96, 7), (160, 33), (576, 65)]
 ROWS = [1, 2, 3, 5, 8, 17, 64]
 

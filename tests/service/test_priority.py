@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from worker.engine.llm_engine import LLMEngine
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampling_params import SamplingParams
 from worker.service.metrics import WorkerMetrics
+from worker.service.publisher import Command
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True}
 
@@ -125,6 +126,43 @@ def test_a_job_waiting_in_the_worker_shows_why_and_workers_heartbeat(
         assert 'finish_reason="length",outcome="done"' in text
     with Producer(redis_url, prefix=prefix) as p:
         assert live_workers(p.redis, p.keys) == []  # it said goodbye on stop
+
+
+def test_a_job_that_waited_ends_in_its_steps_one_round_trip(
+    tiny_model_dir: Path, redis_url: str, prefix: str
+) -> None:
+    """Clearing an ended job's wait fields goes with the step's own events: a worker step is
+    one publish, so one round trip. Sent apart, a step that ended 4 jobs took 5."""
+    engine = slowed(tiny_engine(tiny_model_dir, seqs=1), 0.05)
+    with (
+        running_worker(engine, redis_url, prefix) as worker,
+        Producer(redis_url, prefix=prefix) as p,
+    ):
+        batches: list[list[Command]] = []
+        per_step: list[int] = []
+        publish, step = worker.publisher.publish, worker.step
+
+        def recording_publish(commands: Sequence[Command]) -> None:
+            if commands:
+                batches.append(list(commands))
+            publish(commands)
+
+        def counted_step() -> None:
+            before = len(batches)
+            step()
+            per_step.append(len(batches) - before)
+
+        worker.publisher.publish = recording_publish  # type: ignore[method-assign]
+        worker.step = counted_step  # type: ignore[method-assign]
+        first = p.submit("first", max_tokens=12, **GREEDY)
+        second = p.submit("second", max_tokens=1, **GREEDY)
+        wait_until(lambda: second.status().wait_reason == "no_batch_slot")
+        first.result(timeout_s=30)
+        second.result(timeout_s=30)
+        assert second.status().wait_reason is None
+    cleared = worker.keys.job(second.job_id)
+    assert any(c.name == "HDEL" and c.args[0] == cleared for b in batches for c in b)
+    assert per_step and max(per_step) == 1
 
 
 def test_a_prompt_larger_than_the_whole_kv_pool_fails_at_once_and_the_queue_moves(

@@ -42,18 +42,22 @@ log = logging.getLogger(__name__)
 #   rows, 72.3 / 65.9 at 3, 83.3 / 62.3 at 4, 175.6 / 73.6 at 8 (2 rows x 2 weight rows a pass,
 #   each block dequantized again per 2 rows: 9.5 ms a row). int8's 4 is not measured: its kernel
 #   took 63.1 ms at 2 rows, 122.1 at 3.
-#   Since then the AVX2 kernel takes 3 rows and more through an fp32 tile of 3 weight rows
-#   (kernels/cpu_quant_linear.cpp, `gguf_tiled`), each block dequantized once per call. The
+#   Since 2026-12-06 AVX2 builds run kernels/cpu_gguf_avx2.cpp: native ymm registers below 16
+#   rows, an fp32 tile of 3 weight rows from 16 (each block dequantized once per call). The
 #   haswell build on a Zen 4 EPYC (no AVX2-only CPU that session; PATERNOSTER_CPU_ARCH=haswell
-#   MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2, 2026-12-06,
-#   ops/bench/results/avx2-tile-1206/), kernel / dequantize + GEMM: 32.9 / 47.4 at 3 rows,
-#   45.7 / 54.7 at 8, 56.1 / 61.4 at 12, 68.1 / 67.8 at 16, 79.6 / 78.6 at 20, 115.4 / 100.8
-#   at 32, 207.3 / 175.0 at 64: the GEMM from 16.
-GEMM_MIN_ROWS = {"avx512": (56, 64), "avx2": (16, 4)}
+#   MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2; ops/bench/results/avx2-tile-1206/
+#   quant_linear_avx2_final.json), Q4_1 kernel / dequantize + GEMM / fp32 oneDNN: 8.7 / 30.2 /
+#   36.8 at 1 row, 28.1 / 51.6 / 50.2 at 8, 54.3 / 70.0 / 64.6 at 16, 88.9 / 116.1 / 105.7 at
+#   32, 156.9 / 183.8 / 164.5 at 64, 225.5 / 244.6 / 229.5 at 96, 302.1 / 315.5 / 283.3 at 128;
+#   on 35 projections 104.0 / 98.6 at 256 and 234.7 / 195.8 at 512. The GEMM from 64, not from
+#   128-256 where the tile stops being ahead here: the tile reads all of x per 3 weight rows,
+#   and past 64 rows x outgrows a 512 KB L2 (Zen 1's) at k = 1,536.
+GEMM_MIN_ROWS = {"avx512": (56, 64), "avx2": (64, 4)}
 ANY_ROWS = 1 << 30  # a row count past any step's
 # `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
 # count: from a few rows (3-6, `gemm_min_rows` in kernels/cpu_gguf_q8.cpp) its panel GEMM
-# (kernels/cpu_q8_gemm.h) beats both exact paths for 4-bit blocks on either ISA. Q8_0 blocks
+# (kernels/cpu_q8_gemm.h) beats both exact paths for 4-bit blocks on either ISA (AVX2's exact
+# registers since 2026-12-06 are ahead at 3-4 rows: 12.4 / 15.9 and 14.2 / 17.4 ms). Q8_0 blocks
 # on AVX-512 are the exception: exact 12.9 / a8 17.1 ms at 3 rows, 17.5 / 21.1 at 8, 31.3 /
 # 28.6 at 16 (AMX Xeon, 2026-12-05). Same bench, exact gguf_linear / best exact /
 # gguf_linear_q8:

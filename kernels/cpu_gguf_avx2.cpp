@@ -1,0 +1,195 @@
+// The exact GGUF linear (x in fp32) on AVX2 builds, at every row count; AVX-512 builds run
+// cpu_quant_linear.cpp's. Native ymm throughout: that file's 16-float vectors are two ymm each
+// on AVX2, and gcc kept its accumulators on the stack and moved them through general registers
+// every block, so its 1-row pass took 26.4 ms over the bundled file's 210 Q4_1 projections
+// where these registers take 9.7 (fp32's skinny_linear 18-23; ops/bench/quant_linear.py, the
+// haswell build on a Zen 4, 1 thread).
+// - Fewer than kTileMinRows rows: each block of kRegOut weight rows is dequantized into
+//   registers and multiplied into up to kRegRows rows of x while there.
+// - From kTileMinRows rows: kTileOut weight rows at a time are dequantized into an fp32 tile (L1:
+//   18 KB at k = 1,536) and every row of x, kTileRows at a time, is multiplied into it, each
+//   block dequantized once per call. Before, the engine dequantized the whole weight for
+//   F.linear from 3 rows, writing and reading 4 bytes a weight (BENCHMARKS.md, "AVX2 only": the
+//   default at 0.55x fp32); that GEMM now takes over only where it wins (worker/models/quant.py
+//   `GEMM_MIN_ROWS`).
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cpu_gguf_dequant.h"
+
+namespace paternoster {
+namespace quant {
+
+#if !defined(__AVX512F__)
+namespace {
+
+constexpr int64_t kTileOut = 3;   // 4 x 3 accumulators + 3 weight + 1 x: the 16 ymm
+constexpr int64_t kTileRows = 4;
+
+// out[r * ldo + o] = dot(x row r, tile row o) over k (a multiple of 8: whole GGUF blocks).
+template <int64_t R, int64_t O>
+void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* out,
+              int64_t ldo) {
+    __m256 acc[R][O];
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k; i += 8) {
+        __m256 wv[O];
+        for (int64_t o = 0; o < O; ++o) wv[o] = _mm256_loadu_ps(tile + o * k + i);
+        for (int64_t r = 0; r < R; ++r) {
+            __m256 xv = _mm256_loadu_ps(x + r * ldx + i);
+            // In a register: gcc otherwise folds this load into each of the O FMAs (15 loads
+            // for 12 FMAs where 7 do).
+            __asm__("" : "+x"(xv));
+            for (int64_t o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);
+        }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        for (int64_t o = 0; o < O; ++o) {  // hsum's fixed order, on the 8 lanes
+            const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc[r][o]),
+                                         _mm256_extractf128_ps(acc[r][o], 1));
+            const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            out[r * ldo + o] = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+        }
+    }
+}
+
+// O (<= kTileOut) weight rows through the tile, against every row of x.
+template <int64_t F, int64_t O>
+void tile_rows(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t ldw,
+               int64_t nb, float* tile, float* out, int64_t ldo) {
+    const int64_t k = nb * kBlock;
+    for (int64_t o = 0; o < O; ++o) dequant_row<F>(w + o * ldw, nb, tile + o * k);
+    in_passes<kTileRows>(rows, [&](int64_t r, auto n) {
+        tile_dot<decltype(n)::value, O>(x + r * ldx, ldx, tile, k, out + r * ldo, ldo);
+    });
+}
+
+// A block's 32 weights as four ymm (elements 0-7, 8-15, 16-23, 24-31), in native ymm: the
+// 16-float vectors of cpu_gguf_dequant.h, two ymm each, made gcc keep the accumulators of the
+// register path on the stack and move them through general registers every block.
+template <int64_t F>
+inline void dequant_ymm(const uint8_t* b, __m256 (&wv)[4]) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    __m128i lo, hi;  // bytes of elements 0-15 and 16-31
+    if constexpr (F == kQ8_0) {
+        lo = load16(b + 2), hi = load16(b + 18);
+    } else {
+        const __m128i q = load16(b + (F == kQ4_1 ? 4 : 2)), low4 = _mm_set1_epi8(0x0F);
+        lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+    }
+    const __m128i bytes[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int64_t j = 0; j < 4; ++j) {
+        const __m256i i32 =
+            F == kQ8_0 ? _mm256_cvtepi8_epi32(bytes[j]) : _mm256_cvtepu8_epi32(bytes[j]);
+        const __m256 q = _mm256_cvtepi32_ps(i32);
+        if constexpr (F == kQ8_0)
+            wv[j] = _mm256_mul_ps(q, d);
+        else if constexpr (F == kQ4_1)
+            wv[j] = _mm256_fmadd_ps(q, d, _mm256_set1_ps(half(b + 2)));
+        else
+            wv[j] = _mm256_fmadd_ps(q, d, _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)));
+    }
+}
+
+inline float hsum8(__m256 v) {  // cpu_quant.h hsum's order, on 8 lanes
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+// out[r * ldo + o] for R rows of x and O weight rows, each block dequantized into registers
+// once for the R rows. Up to 4 pairs take two accumulators each (even and odd eighths of a
+// block), so 1 row x 2 weight rows keeps 4 FMA chains going; more take one (R x O x A ymm).
+template <int64_t F, int64_t R, int64_t O>
+void reg_block(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, int64_t nb,
+               float* out, int64_t ldo) {
+    constexpr int64_t A = R * O <= 4 ? 2 : 1;
+    __m256 acc[R][O][2];
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t o = 0; o < O; ++o) acc[r][o][0] = acc[r][o][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t o = 0; o < O; ++o) {
+            const uint8_t* blk = w + o * ldw + b * block_bytes(F);
+            __builtin_prefetch(blk + O * ldw);  // the next O rows (see cpu_quant_linear.cpp)
+            __m256 wv[4];
+            dequant_ymm<F>(blk, wv);
+            for (int64_t r = 0; r < R; ++r) {
+                const float* xr = x + r * ldx + b * kBlock;
+                for (int64_t j = 0; j < 4; ++j)
+                    acc[r][o][j % A] =
+                        _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8 * j), wv[j], acc[r][o][j % A]);
+            }
+        }
+    }
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t o = 0; o < O; ++o)
+            out[r * ldo + o] = hsum8(_mm256_add_ps(acc[r][o][0], acc[r][o][1]));
+}
+
+// Fewer than kTileMinRows rows: kRegOut weight rows against kRegRows rows of x a pass.
+constexpr int64_t kRegOut = 2;
+constexpr int64_t kRegRows = 4;
+
+template <int64_t F, int64_t O>
+void reg_rows(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t ldw,
+              int64_t nb, float* out, int64_t ldo) {
+    in_passes<kRegRows>(rows, [&](int64_t r, auto n) {
+        reg_block<F, decltype(n)::value, O>(x + r * ldx, ldx, w, ldw, nb, out + r * ldo, ldo);
+    });
+}
+
+template <int64_t F>
+void in_registers(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
+                  int64_t nb, float* out) {
+    const int64_t ldw = nb * block_bytes(F);
+    at::parallel_for(0, (n + kRegOut - 1) / kRegOut, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+            const int64_t o0 = p * kRegOut;
+            if (o0 + kRegOut <= n)
+                reg_rows<F, kRegOut>(x, ldx, rows, w + o0 * ldw, ldw, nb, out + o0, n);
+            else
+                reg_rows<F, 1>(x, ldx, rows, w + o0 * ldw, ldw, nb, out + o0, n);
+        }
+    });
+}
+
+template <int64_t F>
+void tiled(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n, int64_t nb,
+           float* out) {
+    const int64_t ldw = nb * block_bytes(F);
+    at::parallel_for(0, (n + kTileOut - 1) / kTileOut, 16, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<float> tile;
+        tile.resize(kTileOut * nb * kBlock);
+        for (int64_t p = begin; p < end; ++p) {
+            const int64_t o0 = p * kTileOut, left = n - o0;
+            const uint8_t* wp = w + o0 * ldw;
+            if (left >= kTileOut)
+                tile_rows<F, kTileOut>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
+            else if (left == 2)
+                tile_rows<F, 2>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
+            else
+                tile_rows<F, 1>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
+        }
+    });
+}
+
+}  // namespace
+
+void gguf_linear_avx2(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
+                      int64_t nb, int64_t format, float* out) {
+    with_format(format, [&](auto F) {
+        constexpr int64_t f = decltype(F)::value;
+        if (rows >= kTileMinRows)
+            tiled<f>(x, ldx, rows, w, n, nb, out);
+        else
+            in_registers<f>(x, ldx, rows, w, n, nb, out);
+    });
+}
+#endif
+
+}  // namespace quant
+}  // namespace paternoster
