@@ -48,12 +48,7 @@ void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* 
         }
     }
     for (int64_t r = 0; r < R; ++r) {
-        for (int64_t o = 0; o < O; ++o) {  // hsum's fixed order, on the 8 lanes
-            const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc[r][o]),
-                                         _mm256_extractf128_ps(acc[r][o], 1));
-            const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            out[r * ldo + o] = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-        }
+        for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = hsum8(acc[r][o]);
     }
 }
 
@@ -93,12 +88,6 @@ inline void dequant_ymm(const uint8_t* b, __m256 (&wv)[4]) {
         else
             wv[j] = _mm256_fmadd_ps(q, d, _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)));
     }
-}
-
-inline float hsum8(__m256 v) {  // cpu_quant.h hsum's order, on 8 lanes
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
 // out[r * ldo + o] for R rows of x and O weight rows, each block dequantized into registers

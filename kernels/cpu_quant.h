@@ -155,16 +155,20 @@ inline f16v splat(float s) {
     return v;
 }
 
+// 8 lanes summed by halving (4 + 4, 2 + 2, 1 + 1): hsum's order on one ymm (AVX2's native vector).
+inline float hsum8(__m256 v) {
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
 // The 16 lanes summed by halving (8 + 8, 4 + 4, 2 + 2, 1 + 1), a fixed order, so the same
 // inputs round alike; in registers, since R x O of these end every pass (a scalar loop over
 // the lanes cost as much as the 18 blocks of a k = 576 row at 8 rows of x).
 inline float hsum(f16v v) {
     __m256 half[2];
     std::memcpy(half, &v, sizeof(v));
-    const __m256 s8 = _mm256_add_ps(half[0], half[1]);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+    return hsum8(_mm256_add_ps(half[0], half[1]));
 }
 
 inline f16v load_w(const float* p) { return loadf(p); }

@@ -51,8 +51,11 @@ log = logging.getLogger(__name__)
 #   32, 156.9 / 183.8 / 164.5 at 64, 225.5 / 244.6 / 229.5 at 96, 302.1 / 315.5 / 283.3 at 128;
 #   on 35 projections 104.0 / 98.6 at 256 and 234.7 / 195.8 at 512. The GEMM from 64, not from
 #   128-256 where the tile stops being ahead here: the tile reads all of x per 3 weight rows,
-#   and past 64 rows x outgrows a 512 KB L2 (Zen 1's) at k = 1,536.
-GEMM_MIN_ROWS = {"avx512": (56, 64), "avx2": (64, 4)}
+#   and past 64 rows x outgrows a 512 KB L2 (Zen 1's) at k = 1,536. int8 weights on AVX2
+#   (`int8_linear` in native ymm since then; quant_linear_avx2_int8*.json), kernel / fp32
+#   oneDNN / Q4_1 dequantize + GEMM: 11.4 ms at 1 row (44.2 before), 14.1 at 4, 54.1 / 77.0 /
+#   83.1 at 16, 105.6 / 105.5 / 111.6 at 32, 211.7 / 170.6 / 181.7 at 64: the GEMM from 32.
+GEMM_MIN_ROWS = {"avx512": (56, 64), "avx2": (64, 32)}
 ANY_ROWS = 1 << 30  # a row count past any step's
 # `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
 # count: from a few rows (3-6, `gemm_min_rows` in kernels/cpu_gguf_q8.cpp) its panel GEMM
