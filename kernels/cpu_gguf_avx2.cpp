@@ -81,6 +81,8 @@ inline void dequant_ymm(const uint8_t* b, __m256 (&wv)[4]) {
         const __m256i i32 =
             F == kQ8_0 ? _mm256_cvtepi8_epi32(bytes[j]) : _mm256_cvtepu8_epi32(bytes[j]);
         const __m256 q = _mm256_cvtepi32_ps(i32);
+        // The same bits as dequantize's d * q + m: d * q (11 x 8 bits at most) is exact in
+        // fp32, so fusing the add rounds once, as the unfused add does.
         if constexpr (F == kQ8_0)
             wv[j] = _mm256_mul_ps(q, d);
         else if constexpr (F == kQ4_1)

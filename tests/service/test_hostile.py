@@ -55,13 +55,19 @@ def test_a_step_failure_fails_its_jobs_and_the_worker_serves_on(
             raise RuntimeError("scheduler bug")
         return real()
 
-    with running_worker(engine, redis_url, prefix), Producer(redis_url, prefix=prefix) as p:
+    metrics = WorkerMetrics("hostile")
+    with (
+        running_worker(engine, redis_url, prefix, metrics=metrics),
+        Producer(redis_url, prefix=prefix) as p,
+    ):
         monkeypatch.setattr(engine, "step", fails_once)
         with pytest.raises(JobFailed) as info:
             p.submit("doomed", max_tokens=4, **GREEDY).result(timeout_s=30)
         assert info.value.code == "internal" and "scheduler bug" in str(info.value)
         assert_serves_on(p)
     assert not engine.has_unfinished()
+    # The metrics count it as an error: its outcome is set before the job is forgotten.
+    assert 'outcome="error"' in metrics.render().decode()
 
 
 def test_invalid_utf8_in_an_entry_is_malformed_json_and_intake_lives(

@@ -201,8 +201,8 @@ class JobWorker:
             message = f"the engine step failed: {type(exc).__name__}: {exc}"[:300]
             for job in list(self.active.values()):
                 self.engine.abort(job.job.job_id)
-                ended = self._end(job, FinishReason.ERROR)
-                self.publisher.publish([*job.fail(ErrorCode.INTERNAL.value, message), *ended])
+                failed = job.fail(ErrorCode.INTERNAL.value, message)  # first: sets the outcome
+                self.publisher.publish([*failed, *self._end(job, FinishReason.ERROR)])
             return []
 
     def _grace_over(self) -> bool:
@@ -271,9 +271,9 @@ class JobWorker:
         self._early_cancels.expire(now)
 
     def _end(self, job: ActiveJob, reason: FinishReason | None) -> list[Command]:
-        """Forget ``job``; the commands that clear its wait fields, for the caller to send
-        with the job's last events (one round trip a step: sent apart, a step ending 4 jobs
-        took 5 round trips)."""
+        """Forget ``job``, its terminal events already built (the metrics read the outcome they
+        set); the commands that clear its wait fields, for the caller to send with those events
+        (one round trip a step: sent apart, a step ending 4 jobs took 5 round trips)."""
         self.active.pop(job.job.job_id, None)
         self._first_tokens.forget(job.job.job_id)
         self.slots.give(1)
