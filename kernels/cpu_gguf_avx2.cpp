@@ -15,10 +15,7 @@
 
 #include <ATen/Parallel.h>
 
-#include <algorithm>
-#include <vector>
-
-#include "cpu_gguf_dequant.h"
+#include "cpu_gguf_tile.h"
 
 namespace paternoster {
 namespace quant {
@@ -26,42 +23,9 @@ namespace quant {
 #if !defined(__AVX512F__)
 namespace {
 
-constexpr int64_t kTileOut = 3;   // 4 x 3 accumulators + 3 weight + 1 x: the 16 ymm
+// The tile's shape (cpu_gguf_tile.h): 4 x 3 accumulators + 3 weight + 1 x, the 16 ymm.
+constexpr int64_t kTileOut = 3;
 constexpr int64_t kTileRows = 4;
-
-// out[r * ldo + o] = dot(x row r, tile row o) over k (a multiple of 8: whole GGUF blocks).
-template <int64_t R, int64_t O>
-void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* out,
-              int64_t ldo) {
-    __m256 acc[R][O];
-    for (int64_t r = 0; r < R; ++r)
-        for (int64_t o = 0; o < O; ++o) acc[r][o] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < k; i += 8) {
-        __m256 wv[O];
-        for (int64_t o = 0; o < O; ++o) wv[o] = _mm256_loadu_ps(tile + o * k + i);
-        for (int64_t r = 0; r < R; ++r) {
-            __m256 xv = _mm256_loadu_ps(x + r * ldx + i);
-            // In a register: gcc otherwise folds this load into each of the O FMAs (15 loads
-            // for 12 FMAs where 7 do).
-            __asm__("" : "+x"(xv));
-            for (int64_t o = 0; o < O; ++o) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);
-        }
-    }
-    for (int64_t r = 0; r < R; ++r) {
-        for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = hsum8(acc[r][o]);
-    }
-}
-
-// O (<= kTileOut) weight rows through the tile, against every row of x.
-template <int64_t F, int64_t O>
-void tile_rows(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t ldw,
-               int64_t nb, float* tile, float* out, int64_t ldo) {
-    const int64_t k = nb * kBlock;
-    for (int64_t o = 0; o < O; ++o) dequant_row<F>(w + o * ldw, nb, tile + o * k);
-    in_passes<kTileRows>(rows, [&](int64_t r, auto n) {
-        tile_dot<decltype(n)::value, O>(x + r * ldx, ldx, tile, k, out + r * ldo, ldo);
-    });
-}
 
 // A block's 32 weights as four ymm (elements 0-7, 8-15, 16-23, 24-31), in native ymm: the
 // 16-float vectors of cpu_gguf_dequant.h, two ymm each, made gcc keep the accumulators of the
@@ -148,26 +112,6 @@ void in_registers(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, i
     });
 }
 
-template <int64_t F>
-void tiled(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n, int64_t nb,
-           float* out) {
-    const int64_t ldw = nb * block_bytes(F);
-    at::parallel_for(0, (n + kTileOut - 1) / kTileOut, 16, [&](int64_t begin, int64_t end) {
-        thread_local std::vector<float> tile;
-        tile.resize(kTileOut * nb * kBlock);
-        for (int64_t p = begin; p < end; ++p) {
-            const int64_t o0 = p * kTileOut, left = n - o0;
-            const uint8_t* wp = w + o0 * ldw;
-            if (left >= kTileOut)
-                tile_rows<F, kTileOut>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
-            else if (left == 2)
-                tile_rows<F, 2>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
-            else
-                tile_rows<F, 1>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
-        }
-    });
-}
-
 }  // namespace
 
 void gguf_linear_avx2(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
@@ -175,7 +119,7 @@ void gguf_linear_avx2(const float* x, int64_t ldx, int64_t rows, const uint8_t* 
     with_format(format, [&](auto F) {
         constexpr int64_t f = decltype(F)::value;
         if (rows >= kTileMinRows)
-            tiled<f>(x, ldx, rows, w, n, nb, out);
+            gguf_tiled<f, Ymm, kTileOut, kTileRows>(x, ldx, rows, w, n, nb, out);
         else
             in_registers<f>(x, ldx, rows, w, n, nb, out);
     });

@@ -1,6 +1,6 @@
 // A GGUF block's weights as floats, in registers or into a row of memory: the exact kernels'
-// one dequantization (cpu_quant_linear.cpp's registers and `gguf_dequantize`, the AVX2 tile of
-// cpu_gguf_avx2.cpp), the math of kernels/quant_reference.py `dequantize`.
+// one dequantization (cpu_quant_linear.cpp's registers and `gguf_dequantize`, the tiles of
+// cpu_gguf_tile.h), the math of kernels/quant_reference.py `dequantize`.
 #pragma once
 
 #include "cpu_quant.h"

@@ -78,11 +78,14 @@ inline int32_t quantize_block(const float* xb, int8_t* a, float& dx) {
 void gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
                   int64_t nb, int64_t format, float* out);
 
-// out (rows, n) = x @ W.T exactly (x in fp32), on AVX2 builds only (cpu_gguf_avx2.cpp):
-// fewer rows in registers, from kTileMinRows rows through an fp32 tile of a few weight rows.
-// The haswell build on a Zen 4 (210 Q4_1 projections, 1 thread, ms), registers / tile: 15.9 /
-// 33.1 at 3 rows, 28.3 / 38.1 at 8, 42.9 / 48.3 at 12, 57.0 / 55.4 at 16, 89.0 / 72.4 at 24.
+// Rows of x from which the exact GGUF linear runs through an fp32 tile (cpu_gguf_tile.h) on
+// either ISA, the registers below. AVX2, the haswell build on a Zen 4 (210 Q4_1 projections, 1
+// thread, ms), registers / tile: 15.9 / 33.1 at 3 rows, 28.3 / 38.1 at 8, 42.9 / 48.3 at 12,
+// 57.0 / 55.4 at 16, 89.0 / 72.4 at 24. AVX-512 on an AMX Xeon, 2 threads: Q4_1 27.2 / 33.0 at 8,
+// 27.8 / 24.8 at 16; Q8_0 25.6 / 26.1 at 12, 32.4 / 33.0 at 16, 65.7 / 57.4 at 32.
 constexpr int64_t kTileMinRows = 16;
+
+// out (rows, n) = x @ W.T exactly (x in fp32), on AVX2 builds only (cpu_gguf_avx2.cpp).
 void gguf_linear_avx2(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
                       int64_t nb, int64_t format, float* out);
 

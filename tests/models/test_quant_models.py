@@ -256,7 +256,7 @@ def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
 @pytest.mark.parametrize("arch", [None, pytest.param("haswell", marks=pytest.mark.slow)])
 def test_the_gemm_threshold_follows_the_kernels_isa(arch: str | None) -> None:
     """Each ISA's exact kernels hand over to dequantize + `F.linear` at its own row count
-    (`quant.GEMM_MIN_ROWS`: AVX-512 from 56, AVX2 from 64), so each weight takes its build's."""
+    (`quant.GEMM_MIN_ROWS`: AVX-512 from 80, AVX2 from 64), so each weight takes its build's."""
     from kernels import cpu_ops
     from kernels import quant_reference as qr
 

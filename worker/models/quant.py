@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 #   measured: 142.4 / 141.1 at 64 (2026-12-04); 94.1 / 93.6 at 48, 114.2 / 105.7 at 56,
 #   127.6 / 109.8 at 64, 188.1 / 146.4 at 96 (AMX Xeon, 2026-12-05;
 #   ops/bench/results/quant-avx512-1205/). int8 weights keep 64 (their dequantize is torch's).
+#   Since 2026-12-06 AVX-512 builds run an fp32 tile from 16 rows (kernels/cpu_gguf_tile.h),
+#   each block dequantized once per call, not once per 8 rows: AMX Xeon, in one process,
+#   alternated (ops/bench/results/avx512-tile-1206/), Q4_1 tile / dequantize + GEMM, 1 thread:
+#   84.5 / 108.3 at 32, 146.7 / 171.7 at 64, 210.8 / 201.7 at 96, 283.5 / 247.9 at 128; 2
+#   threads: 86.7 / 104.6 at 64, 119.8 / 112.8 at 96. So the GEMM from 80 rows.
 # - AVX2 (Zen 3 EPYC, 2026-12-05; ops/bench/results/quant-avx2-1205/): Q4_1 41.7 / 55.0 at 2
 #   rows, 72.3 / 65.9 at 3, 83.3 / 62.3 at 4, 175.6 / 73.6 at 8 (2 rows x 2 weight rows a pass,
 #   each block dequantized again per 2 rows: 9.5 ms a row). int8's 4 is not measured: its kernel
@@ -55,7 +60,7 @@ log = logging.getLogger(__name__)
 #   (`int8_linear` in native ymm since then; quant_linear_avx2_int8*.json), kernel / fp32
 #   oneDNN / Q4_1 dequantize + GEMM: 11.4 ms at 1 row (44.2 before), 14.1 at 4, 54.1 / 77.0 /
 #   83.1 at 16, 105.6 / 105.5 / 111.6 at 32, 211.7 / 170.6 / 181.7 at 64: the GEMM from 32.
-GEMM_MIN_ROWS = {"avx512": (56, 64), "avx2": (64, 32)}
+GEMM_MIN_ROWS = {"avx512": (80, 64), "avx2": (64, 32)}
 ANY_ROWS = 1 << 30  # a row count past any step's
 # `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
 # count: from a few rows (3-6, `gemm_min_rows` in kernels/cpu_gguf_q8.cpp) its panel GEMM

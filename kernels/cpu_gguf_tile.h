@@ -1,0 +1,111 @@
+// The exact GGUF linear (x in fp32) for many rows of x: Out weight rows at a time are
+// dequantized into an fp32 tile (in L1: 24 KB for 4 rows at k = 1,536), and every row of x,
+// Rows at a time, is multiplied into it, so each block is dequantized once per call. The
+// register kernels dequantize a block once per pass of rows instead (8 rows on AVX-512, 4 on
+// AVX2), which past a few passes costs more than the FMAs: on an AMX Xeon (1 thread, the
+// bundled file's 210 Q4_1 projections) AVX-512's took 3.1 ms a row of x from 16 rows, where
+// oneDNN's fp32 GEMM takes 1.5 (BENCHMARKS.md, "The exact GGUF tile on AVX-512").
+// One template for both builds, over a native vector (`Ymm`, `Zmm`): cpu_gguf_avx2.cpp runs it
+// from 16 rows in ymm (3 x 4), cpu_quant_linear.cpp on AVX-512 in zmm.
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <vector>
+
+#include "cpu_gguf_dequant.h"
+
+namespace paternoster {
+namespace quant {
+
+struct Ymm {
+    using V = __m256;
+    static constexpr int64_t kWidth = 8;
+    static V zero() { return _mm256_setzero_ps(); }
+    static V load(const float* p) { return _mm256_loadu_ps(p); }
+    static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static float sum(V v) { return hsum8(v); }
+};
+
+#if defined(__AVX512F__)
+struct Zmm {
+    using V = __m512;
+    static constexpr int64_t kWidth = 16;
+    static V zero() { return _mm512_setzero_ps(); }
+    static V load(const float* p) { return _mm512_loadu_ps(p); }
+    static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static float sum(V v) {
+        f16v f;
+        std::memcpy(&f, &v, sizeof(f));
+        return hsum(f);  // the register kernels' order
+    }
+};
+#endif
+
+// out[r * ldo + o] = dot(x row r, tile row o) over k (whole GGUF blocks: a multiple of 32).
+template <class Vec, int64_t R, int64_t O>
+void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* out,
+              int64_t ldo) {
+    using V = typename Vec::V;
+    V acc[R][O];
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t o = 0; o < O; ++o) acc[r][o] = Vec::zero();
+    for (int64_t i = 0; i < k; i += Vec::kWidth) {
+        V wv[O];
+        for (int64_t o = 0; o < O; ++o) wv[o] = Vec::load(tile + o * k + i);
+        for (int64_t r = 0; r < R; ++r) {
+            V xv = Vec::load(x + r * ldx + i);
+            // In a register: gcc otherwise folds this load into each of the O FMAs (on AVX2,
+            // 15 loads for 12 FMAs where 7 do).
+            __asm__("" : "+v"(xv));
+            for (int64_t o = 0; o < O; ++o) acc[r][o] = Vec::fma(xv, wv[o], acc[r][o]);
+        }
+    }
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = Vec::sum(acc[r][o]);
+}
+
+// O weight rows through the tile, against every row of x in passes of Rows.
+template <int64_t F, class Vec, int64_t Rows, int64_t O>
+void tile_rows(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t ldw,
+               int64_t nb, float* tile, float* out, int64_t ldo) {
+    const int64_t k = nb * kBlock;
+    for (int64_t o = 0; o < O; ++o) dequant_row<F>(w + o * ldw, nb, tile + o * k);
+    in_passes<Rows>(rows, [&](int64_t r, auto n) {
+        tile_dot<Vec, decltype(n)::value, O>(x + r * ldx, ldx, tile, k, out + r * ldo, ldo);
+    });
+}
+
+// The last n % Out weight rows (fewer than a group), one group of their own size.
+template <int64_t F, class Vec, int64_t Rows, int64_t O>
+void tile_tail(int64_t left, const float* x, int64_t ldx, int64_t rows, const uint8_t* w,
+               int64_t ldw, int64_t nb, float* tile, float* out, int64_t ldo) {
+    if (left == O)
+        tile_rows<F, Vec, Rows, O>(x, ldx, rows, w, ldw, nb, tile, out, ldo);
+    else if constexpr (O > 1)
+        tile_tail<F, Vec, Rows, O - 1>(left, x, ldx, rows, w, ldw, nb, tile, out, ldo);
+}
+
+// out (rows, n) = x @ W.T, W as n rows of nb GGUF blocks of format F. Threads split the weight
+// rows (grain 16 groups, as the register kernels), each with a tile of its own.
+template <int64_t F, class Vec, int64_t Out, int64_t Rows>
+void gguf_tiled(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
+                int64_t nb, float* out) {
+    const int64_t ldw = nb * block_bytes(F);
+    at::parallel_for(0, (n + Out - 1) / Out, 16, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<float> tile;
+        tile.resize(Out * nb * kBlock);
+        for (int64_t p = begin; p < end; ++p) {
+            const int64_t o0 = p * Out;
+            const uint8_t* wp = w + o0 * ldw;
+            if (o0 + Out <= n)
+                tile_rows<F, Vec, Rows, Out>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
+            else
+                tile_tail<F, Vec, Rows, Out - 1>(n - o0, x, ldx, rows, wp, ldw, nb, tile.data(),
+                                                 out + o0, n);
+        }
+    });
+}
+
+}  // namespace quant
+}  // namespace paternoster
