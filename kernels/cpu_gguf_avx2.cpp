@@ -27,35 +27,6 @@ namespace {
 constexpr int64_t kTileOut = 3;
 constexpr int64_t kTileRows = 4;
 
-// A block's 32 weights as four ymm (elements 0-7, 8-15, 16-23, 24-31), in native ymm: the
-// 16-float vectors of cpu_gguf_dequant.h, two ymm each, made gcc keep the accumulators of the
-// register path on the stack and move them through general registers every block.
-template <int64_t F>
-inline void dequant_ymm(const uint8_t* b, __m256 (&wv)[4]) {
-    const __m256 d = _mm256_set1_ps(half(b));
-    __m128i lo, hi;  // bytes of elements 0-15 and 16-31
-    if constexpr (F == kQ8_0) {
-        lo = load16(b + 2), hi = load16(b + 18);
-    } else {
-        const __m128i q = load16(b + (F == kQ4_1 ? 4 : 2)), low4 = _mm_set1_epi8(0x0F);
-        lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
-    }
-    const __m128i bytes[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-    for (int64_t j = 0; j < 4; ++j) {
-        const __m256i i32 =
-            F == kQ8_0 ? _mm256_cvtepi8_epi32(bytes[j]) : _mm256_cvtepu8_epi32(bytes[j]);
-        const __m256 q = _mm256_cvtepi32_ps(i32);
-        // The same bits as dequantize's d * q + m: d * q (11 x 8 bits at most) is exact in
-        // fp32, so fusing the add rounds once, as the unfused add does.
-        if constexpr (F == kQ8_0)
-            wv[j] = _mm256_mul_ps(q, d);
-        else if constexpr (F == kQ4_1)
-            wv[j] = _mm256_fmadd_ps(q, d, _mm256_set1_ps(half(b + 2)));
-        else
-            wv[j] = _mm256_fmadd_ps(q, d, _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)));
-    }
-}
-
 // out[r * ldo + o] for R rows of x and O weight rows, each block dequantized into registers
 // once for the R rows. Up to 4 pairs take two accumulators each (even and odd eighths of a
 // block), so 1 row x 2 weight rows keeps 4 FMA chains going; more take one (R x O x A ymm).

@@ -24,13 +24,51 @@ inline void dequant(const uint8_t* b, f16v& lo, f16v& hi) {
     }
 }
 
+#if !defined(__AVX512F__)
+// A block's 32 weights as four ymm (elements 0-7, 8-15, 16-23, 24-31), for AVX2 builds: there
+// the 16-float vectors above are two ymm each, and gcc kept the register path's accumulators on
+// the stack and moved them through general registers every block (cpu_gguf_avx2.cpp).
+template <int64_t F>
+inline void dequant_ymm(const uint8_t* b, __m256 (&wv)[4]) {
+    const __m256 d = _mm256_set1_ps(half(b));
+    __m128i lo, hi;  // bytes of elements 0-15 and 16-31
+    if constexpr (F == kQ8_0) {
+        lo = load16(b + 2), hi = load16(b + 18);
+    } else {
+        const __m128i q = load16(b + (F == kQ4_1 ? 4 : 2)), low4 = _mm_set1_epi8(0x0F);
+        lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+    }
+    const __m128i bytes[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int64_t j = 0; j < 4; ++j) {
+        const __m256i i32 =
+            F == kQ8_0 ? _mm256_cvtepi8_epi32(bytes[j]) : _mm256_cvtepu8_epi32(bytes[j]);
+        const __m256 q = _mm256_cvtepi32_ps(i32);
+        // The same bits as dequantize's d * q + m: d * q (11 x 8 bits at most) is exact in
+        // fp32, so fusing the add rounds once, as the unfused add does.
+        if constexpr (F == kQ8_0)
+            wv[j] = _mm256_mul_ps(q, d);
+        else if constexpr (F == kQ4_1)
+            wv[j] = _mm256_fmadd_ps(q, d, _mm256_set1_ps(half(b + 2)));
+        else
+            wv[j] = _mm256_fmadd_ps(q, d, _mm256_mul_ps(d, _mm256_set1_ps(-8.0f)));
+    }
+}
+#endif
+
+// A row of nb blocks into dst (nb * 32 floats): the tiles' fill and `gguf_dequantize`.
 template <int64_t F>
 inline void dequant_row(const uint8_t* src, int64_t nb, float* dst) {
     for (int64_t b = 0; b < nb; ++b) {
+#if defined(__AVX512F__)
         f16v lo, hi;
         dequant<F>(src + b * block_bytes(F), lo, hi);
         std::memcpy(dst + b * kBlock, &lo, sizeof(lo));
         std::memcpy(dst + b * kBlock + 16, &hi, sizeof(hi));
+#else
+        __m256 wv[4];
+        dequant_ymm<F>(src + b * block_bytes(F), wv);
+        for (int64_t j = 0; j < 4; ++j) _mm256_storeu_ps(dst + b * kBlock + 8 * j, wv[j]);
+#endif
     }
 }
 
