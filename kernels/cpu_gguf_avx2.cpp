@@ -23,10 +23,6 @@ namespace quant {
 #if !defined(__AVX512F__)
 namespace {
 
-// The tile's shape (cpu_gguf_tile.h): 4 x 3 accumulators + 3 weight + 1 x, the 16 ymm.
-constexpr int64_t kTileOut = 3;
-constexpr int64_t kTileRows = 4;
-
 // out[r * ldo + o] for R rows of x and O weight rows, each block dequantized into registers
 // once for the R rows. Up to 4 pairs take two accumulators each (even and odd eighths of a
 // block), so 1 row x 2 weight rows keeps 4 FMA chains going; more take one (R x O x A ymm).
@@ -90,7 +86,7 @@ void gguf_linear_avx2(const float* x, int64_t ldx, int64_t rows, const uint8_t* 
     with_format(format, [&](auto F) {
         constexpr int64_t f = decltype(F)::value;
         if (rows >= kTileMinRows)
-            gguf_tiled<f, Ymm, kTileOut, kTileRows>(x, ldx, rows, w, n, nb, out);
+            gguf_tiled<f>(x, ldx, rows, w, n, nb, out);
         else
             in_registers<f>(x, ldx, rows, w, n, nb, out);
     });

@@ -5,8 +5,8 @@
 // AVX2), which past a few passes costs more than the FMAs: on an AMX Xeon (1 thread, the
 // bundled file's 210 Q4_1 projections) AVX-512's took 3.1 ms a row of x from 16 rows, where
 // oneDNN's fp32 GEMM takes 1.5 (BENCHMARKS.md, "The exact GGUF tile on AVX-512").
-// One template for both builds, over a native vector (`Ymm`, `Zmm`): cpu_gguf_avx2.cpp runs it
-// from 16 rows in ymm (3 x 4), cpu_quant_linear.cpp on AVX-512 in zmm.
+// One template for both builds, over a native vector (`Ymm`, `Zmm`), from kTileMinRows rows: the
+// GGUF linear (cpu_gguf_avx2.cpp on AVX2, cpu_quant_linear.cpp on AVX-512) and `int8_linear`.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -65,46 +65,67 @@ void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* 
         for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = Vec::sum(acc[r][o]);
 }
 
-// O weight rows through the tile, against every row of x in passes of Rows.
-template <int64_t F, class Vec, int64_t Rows, int64_t O>
-void tile_rows(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t ldw,
-               int64_t nb, float* tile, float* out, int64_t ldo) {
-    const int64_t k = nb * kBlock;
-    for (int64_t o = 0; o < O; ++o) dequant_row<F>(w + o * ldw, nb, tile + o * k);
+// O weight rows through the tile, against every row of x in passes of Rows; fill(o, dst)
+// writes weight row o's k floats.
+template <class Vec, int64_t Rows, int64_t O, class Fill>
+void tile_rows(const float* x, int64_t ldx, int64_t rows, int64_t k, int64_t o0, Fill& fill,
+               float* tile, float* out, int64_t ldo) {
+    for (int64_t o = 0; o < O; ++o) fill(o0 + o, tile + o * k);
     in_passes<Rows>(rows, [&](int64_t r, auto n) {
         tile_dot<Vec, decltype(n)::value, O>(x + r * ldx, ldx, tile, k, out + r * ldo, ldo);
     });
 }
 
 // The last n % Out weight rows (fewer than a group), one group of their own size.
-template <int64_t F, class Vec, int64_t Rows, int64_t O>
-void tile_tail(int64_t left, const float* x, int64_t ldx, int64_t rows, const uint8_t* w,
-               int64_t ldw, int64_t nb, float* tile, float* out, int64_t ldo) {
+template <class Vec, int64_t Rows, int64_t O, class Fill>
+void tile_tail(int64_t left, const float* x, int64_t ldx, int64_t rows, int64_t k, int64_t o0,
+               Fill& fill, float* tile, float* out, int64_t ldo) {
     if (left == O)
-        tile_rows<F, Vec, Rows, O>(x, ldx, rows, w, ldw, nb, tile, out, ldo);
+        tile_rows<Vec, Rows, O>(x, ldx, rows, k, o0, fill, tile, out, ldo);
     else if constexpr (O > 1)
-        tile_tail<F, Vec, Rows, O - 1>(left, x, ldx, rows, w, ldw, nb, tile, out, ldo);
+        tile_tail<Vec, Rows, O - 1>(left, x, ldx, rows, k, o0, fill, tile, out, ldo);
 }
 
-// out (rows, n) = x @ W.T, W as n rows of nb GGUF blocks of format F. Threads split the weight
-// rows (grain 16 groups, as the register kernels), each with a tile of its own.
-template <int64_t F, class Vec, int64_t Out, int64_t Rows>
+// out (rows, n) = x @ W.T, W's n rows of k floats (k a multiple of the vector) made by
+// fill(o, dst). Threads split the weight rows (grain 16 groups, as the register kernels), each
+// with a tile of its own.
+template <class Vec, int64_t Out, int64_t Rows, class Fill>
+void tiled(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t k, Fill fill,
+           float* out) {
+    at::parallel_for(0, (n + Out - 1) / Out, 16, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<float> tile;
+        tile.resize(Out * k);
+        for (int64_t p = begin; p < end; ++p) {
+            const int64_t o0 = p * Out;
+            if (o0 + Out <= n)
+                tile_rows<Vec, Rows, Out>(x, ldx, rows, k, o0, fill, tile.data(), out + o0, n);
+            else
+                tile_tail<Vec, Rows, Out - 1>(n - o0, x, ldx, rows, k, o0, fill, tile.data(),
+                                              out + o0, n);
+        }
+    });
+}
+
+// The build's tile: its vector, weight rows a tile (Out) and rows of x a pass (Rows).
+// - AVX-512: 6 x 4 accumulators, 4 weight and 1 x of 32 zmm; 4 weight rows, 24 KB at k = 1,536,
+//   fit a 32 KB L1. 6 weight rows x 4 rows of x timed the same within noise (AMX Xeon, 1 and 2
+//   threads; BENCHMARKS.md).
+// - AVX2: 4 x 3 accumulators, 3 weight and 1 x: the 16 ymm.
+#if defined(__AVX512F__)
+using TileVec = Zmm;
+constexpr int64_t kTileOut = 4, kTileRows = 6;
+#else
+using TileVec = Ymm;
+constexpr int64_t kTileOut = 3, kTileRows = 4;
+#endif
+
+// The GGUF linear: W as n rows of nb blocks of format F, each dequantized once per call.
+template <int64_t F>
 void gguf_tiled(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
                 int64_t nb, float* out) {
     const int64_t ldw = nb * block_bytes(F);
-    at::parallel_for(0, (n + Out - 1) / Out, 16, [&](int64_t begin, int64_t end) {
-        thread_local std::vector<float> tile;
-        tile.resize(Out * nb * kBlock);
-        for (int64_t p = begin; p < end; ++p) {
-            const int64_t o0 = p * Out;
-            const uint8_t* wp = w + o0 * ldw;
-            if (o0 + Out <= n)
-                tile_rows<F, Vec, Rows, Out>(x, ldx, rows, wp, ldw, nb, tile.data(), out + o0, n);
-            else
-                tile_tail<F, Vec, Rows, Out - 1>(n - o0, x, ldx, rows, wp, ldw, nb, tile.data(),
-                                                 out + o0, n);
-        }
-    });
+    auto fill = [&](int64_t o, float* dst) { dequant_row<F>(w + o * ldw, nb, dst); };
+    tiled<TileVec, kTileOut, kTileRows>(x, ldx, rows, n, nb * kBlock, fill, out);
 }
 
 }  // namespace quant

@@ -5,7 +5,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 
-#include "cpu_quant.h"
+#include "cpu_gguf_tile.h"
 
 namespace paternoster {
 namespace {
@@ -80,6 +80,19 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
     const int8_t* wp = weight.data_ptr<int8_t>();
     const float* sp = scale.data_ptr<float>();
     float* op = out.data_ptr<float>();
+    if (rows >= kTileMinRows && k % TileVec::kWidth == 0) {
+        // Many rows: each weight row widened once per call into cpu_gguf_tile.h's tile, not once
+        // per pass of kRows rows; the row's scale after the dot, as below.
+        auto fill = [&](int64_t o, float* dst) {
+            const int8_t* q = wp + o * k;
+            for (int64_t i = 0; i < k; ++i) dst[i] = float(q[i]);
+        };
+        tiled<TileVec, kTileOut, kTileRows>(xp, ldx, rows, n, k, fill, op);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t o = 0; o < n; ++o) op[r * n + o] *= sp[o];
+        add_bias(op, rows, n, b);
+        return out;
+    }
     // Threads split the weight rows, so each streams its part of W once.
     at::parallel_for(0, (n + kOut - 1) / kOut, 16, [&](int64_t begin, int64_t end) {
         for (int64_t p = begin; p < end; ++p) {

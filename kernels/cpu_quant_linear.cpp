@@ -67,12 +67,6 @@ void gguf_rows(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int6
     });
 }
 
-// The tile's shape from kTileMinRows rows (cpu_gguf_tile.h): 6 x 4 accumulators, 4 weight and
-// 1 x of 32 zmm; 4 weight rows, 24 KB at k = 1,536, fit a 32 KB L1. 6 weight rows x 4 rows of x
-// timed the same within noise (AMX Xeon, 1 and 2 threads).
-constexpr int64_t kTileOut = 4;
-constexpr int64_t kTileRows = 6;
-
 constexpr int64_t kGgufOut = 3;  // 8 x 3 accumulators, 6 weight, x of 32 zmm (32 rows: 56 -> 41 ms)
 
 // The last n % kGgufOut weight rows (fewer than a group), one group of their own size.
@@ -92,7 +86,7 @@ void gguf_all(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64
     gguf_linear_avx2(x, ldx, rows, w, n, nb, F, out);  // the 16-float vectors here are AVX-512's
 #else
     if (rows >= kTileMinRows)  // each block dequantized once, not once per pass of kRows
-        return gguf_tiled<F, Zmm, kTileOut, kTileRows>(x, ldx, rows, w, n, nb, out);
+        return gguf_tiled<F>(x, ldx, rows, w, n, nb, out);
     const int64_t ldw = nb * block_bytes(F);
     // Threads split the weight rows, so each streams its part of W once; grain 16 groups keeps
     // the smallest projection here (192 rows of k/v) on 2+ threads.

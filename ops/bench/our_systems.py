@@ -26,6 +26,9 @@ OUR_SYSTEMS: dict[str, OurSystem] = {
     "ours": OurSystem(),
     # The GGUF's blocks dequantized to fp32 at load (exact HF parity).
     "ours-fp32": OurSystem(quantization="none"),
+    # The file's blocks dequantized, then per-channel int8 at load (`--quantization int8`, the
+    # mode for a float checkpoint).
+    "ours-int8": OurSystem(quantization="int8"),
     # The default's blocks with x rounded to 8 bits (`--quant-activations int8`).
     "ours-a8": OurSystem(activations="int8"),
     # The default's blocks with steps of 48+ rows multiplied in bf16.

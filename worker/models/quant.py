@@ -43,6 +43,13 @@ log = logging.getLogger(__name__)
 #   alternated (ops/bench/results/avx512-tile-1206/), Q4_1 tile / dequantize + GEMM, 1 thread:
 #   84.5 / 108.3 at 32, 146.7 / 171.7 at 64, 210.8 / 201.7 at 96, 283.5 / 247.9 at 128; 2
 #   threads: 86.7 / 104.6 at 64, 119.8 / 112.8 at 96. So the GEMM from 80 rows.
+# - int8 weights, since 2026-12-06 through the same tile from 16 rows (`int8_linear`, k a multiple
+#   of the vector), against dequantize (torch's codes * scale) + GEMM, in one process on the AMX
+#   Xeon (ops/bench/results/avx512-tile-1206/int8_tile.txt), tile / GEMM, 2 threads: 94.2 /
+#   311.6 at 64 rows, 357.7 / 491.9 at 256, 561.8 / 596.0 at 384, 817.5 / 699.5 at 512; the
+#   haswell build (MKL and oneDNN held to AVX2): 208.0 / 367.4 at 128, 479.6 / 626.4 at 256,
+#   1034.4 / 981.3 at 512. So the GEMM from 384 rows on either ISA (was 64 and 32, set against
+#   the register kernels: 1.5-2.3x slower than the tile from 24 rows).
 # - AVX2 (Zen 3 EPYC, 2026-12-05; ops/bench/results/quant-avx2-1205/): Q4_1 41.7 / 55.0 at 2
 #   rows, 72.3 / 65.9 at 3, 83.3 / 62.3 at 4, 175.6 / 73.6 at 8 (2 rows x 2 weight rows a pass,
 #   each block dequantized again per 2 rows: 9.5 ms a row). int8's 4 is not measured: its kernel
@@ -60,7 +67,7 @@ log = logging.getLogger(__name__)
 #   (`int8_linear` in native ymm since then; quant_linear_avx2_int8*.json), kernel / fp32
 #   oneDNN / Q4_1 dequantize + GEMM: 11.4 ms at 1 row (44.2 before), 14.1 at 4, 54.1 / 77.0 /
 #   83.1 at 16, 105.6 / 105.5 / 111.6 at 32, 211.7 / 170.6 / 181.7 at 64: the GEMM from 32.
-GEMM_MIN_ROWS = {"avx512": (80, 64), "avx2": (64, 32)}
+GEMM_MIN_ROWS = {"avx512": (80, 384), "avx2": (64, 384)}
 ANY_ROWS = 1 << 30  # a row count past any step's
 # `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
 # count: from a few rows (3-6, `gemm_min_rows` in kernels/cpu_gguf_q8.cpp) its panel GEMM
