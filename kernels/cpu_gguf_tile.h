@@ -24,7 +24,7 @@ struct Ymm {
     static V zero() { return _mm256_setzero_ps(); }
     static V load(const float* p) { return _mm256_loadu_ps(p); }
     static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-    static float sum(V v) { return hsum8(v); }
+    static __m256 ymm(V v) { return v; }
 };
 
 #if defined(__AVX512F__)
@@ -34,18 +34,28 @@ struct Zmm {
     static V zero() { return _mm512_setzero_ps(); }
     static V load(const float* p) { return _mm512_loadu_ps(p); }
     static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-    static float sum(V v) {
-        f16v f;
-        std::memcpy(&f, &v, sizeof(f));
-        return hsum(f);  // the register kernels' order
+    static __m256 ymm(V v) {  // the two halves added
+        const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+        return _mm256_add_ps(_mm512_castps512_ps256(v), high);
     }
 };
 #endif
+
+// The sums of four ymm, in one xmm: three hadds and one add. Each of a pass's R x O dot
+// products ends in a sum, one per k / 16 FMAs (36 at k = 576); summed one at a time (extract,
+// add, movehl, add, shuffle, add) the tile took 2-6% longer (AMX Xeon, both builds in one
+// process, 210 Q4_1 projections: 64 rows 113.3 -> 106.7 ms, 1 thread; haswell build 32 rows
+// 135.9 -> 132.2).
+inline __m128 sum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
 
 // out[r * ldo + o] = dot(x row r, tile row o) over k (whole GGUF blocks: a multiple of 32).
 template <class Vec, int64_t R, int64_t O>
 void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* out,
               int64_t ldo) {
+    static_assert(O <= 4, "one sum4 a row of x");
     using V = typename Vec::V;
     V acc[R][O];
     for (int64_t r = 0; r < R; ++r)
@@ -61,8 +71,19 @@ void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* 
             for (int64_t o = 0; o < O; ++o) acc[r][o] = Vec::fma(xv, wv[o], acc[r][o]);
         }
     }
-    for (int64_t r = 0; r < R; ++r)
-        for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = Vec::sum(acc[r][o]);
+    for (int64_t r = 0; r < R; ++r) {
+        __m256 y[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+        for (int64_t o = 0; o < O; ++o) y[o] = Vec::ymm(acc[r][o]);
+        const __m128 sums = sum4(y[0], y[1], y[2], y[3]);
+        if constexpr (O == 4) {
+            _mm_storeu_ps(out + r * ldo, sums);
+        } else {
+            float s[4];
+            _mm_storeu_ps(s, sums);
+            for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = s[o];
+        }
+    }
 }
 
 // O weight rows through the tile, against every row of x in passes of Rows; fill(o, dst)
