@@ -85,7 +85,7 @@ void gguf_linear_avx2(const float* x, int64_t ldx, int64_t rows, const uint8_t* 
                       int64_t nb, int64_t format, float* out) {
     with_format(format, [&](auto F) {
         constexpr int64_t f = decltype(F)::value;
-        if (rows >= kTileMinRows)
+        if (rows >= tile_min_rows(f))
             gguf_tiled<f>(x, ldx, rows, w, n, nb, out);
         else
             in_registers<f>(x, ldx, rows, w, n, nb, out);

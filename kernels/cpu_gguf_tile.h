@@ -5,8 +5,8 @@
 // AVX2), which past a few passes costs more than the FMAs: on an AMX Xeon (1 thread, the
 // bundled file's 210 Q4_1 projections) AVX-512's took 3.1 ms a row of x from 16 rows, where
 // oneDNN's fp32 GEMM takes 1.5 (BENCHMARKS.md, "The exact GGUF tile on AVX-512").
-// One template for both builds, over a native vector (`Ymm`, `Zmm`), from kTileMinRows rows: the
-// GGUF linear (cpu_gguf_avx2.cpp on AVX2, cpu_quant_linear.cpp on AVX-512) and `int8_linear`.
+// One template for both builds, over a native vector (`Ymm`, `Zmm`), from 10-16 rows (cpu_quant.h):
+// the GGUF linear (cpu_gguf_avx2.cpp on AVX2, cpu_quant_linear.cpp on AVX-512) and `int8_linear`.
 #pragma once
 
 #include <ATen/Parallel.h>

@@ -78,12 +78,25 @@ inline int32_t quantize_block(const float* xb, int8_t* a, float& dx) {
 void gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
                   int64_t nb, int64_t format, float* out);
 
-// Rows of x from which the exact GGUF linear runs through an fp32 tile (cpu_gguf_tile.h) on
-// either ISA, the registers below. AVX2, the haswell build on a Zen 4 (210 Q4_1 projections, 1
-// thread, ms), registers / tile: 15.9 / 33.1 at 3 rows, 28.3 / 38.1 at 8, 42.9 / 48.3 at 12,
-// 57.0 / 55.4 at 16, 89.0 / 72.4 at 24. AVX-512 on an AMX Xeon, 2 threads: Q4_1 27.2 / 33.0 at 8,
-// 27.8 / 24.8 at 16; Q8_0 25.6 / 26.1 at 12, 32.4 / 33.0 at 16, 65.7 / 57.4 at 32.
+// Rows of x from which the exact linears run through an fp32 tile (cpu_gguf_tile.h) on either
+// ISA, the registers below: int8 weights, and GGUF blocks but for `tile_min_rows`' exception.
+// AVX2, the haswell build on a Zen 4 (210 Q4_1 projections, 1 thread, ms), registers / tile:
+// 15.9 / 33.1 at 3 rows, 28.3 / 38.1 at 8, 42.9 / 48.3 at 12, 57.0 / 55.4 at 16, 89.0 / 72.4 at
+// 24. AVX-512 on an AMX Xeon, 2 threads: Q8_0 25.6 / 26.1 at 12, 32.4 / 33.0 at 16, 65.7 / 57.4
+// at 32; int8 weights 27.7 / 29.0 at 16, 47.3 / 36.2 at 24.
 constexpr int64_t kTileMinRows = 16;
+
+// GGUF blocks of `format`: on AVX-512, 4-bit blocks from 10 rows, where the registers' passes of 8
+// rows dequantize each block twice (AMX Xeon, both in one process, Q4_1 ms, 1 / 2 threads:
+// 33.5 / 40.8 and 13.5 / 17.5 at 8 rows; 48.2 / 41.3 and 19.7 / 16.9 at 10; 53.1 / 45.0 and
+// 22.8 / 19.3 at 12); Q8_0 ties there (45.0 / 48.9 at 10, 1 thread) and keeps 16.
+constexpr int64_t tile_min_rows(int64_t format) {
+#if defined(__AVX512F__)
+    return format == kQ8_0 ? kTileMinRows : 10;
+#else
+    return (void)format, kTileMinRows;
+#endif
+}
 
 // out (rows, n) = x @ W.T exactly (x in fp32), on AVX2 builds only (cpu_gguf_avx2.cpp).
 void gguf_linear_avx2(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,

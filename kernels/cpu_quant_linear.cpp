@@ -2,18 +2,18 @@
 // (n, row_bytes) uint8 tensor. Layouts and math: kernels/quant_reference.py.
 //
 // A decode step reads every weight once, so bytes per weight set its time: SmolLM2-135M's
-// projections are 425 MB in fp32, 66 MB in Q4_1. Below kTileMinRows rows of x, each block of
+// projections are 425 MB in fp32, 66 MB in Q4_1. Below tile_min_rows rows of x, each block of
 // kGgufOut weight rows is dequantized into registers (two 16-float vectors a row: its low and
 // high nibbles, or its 32 int8) and multiplied into kRows rows of x while there (8 x 3
 // accumulators on AVX-512), so a block is dequantized once per kRows rows. On a Zen 5 EPYC (1
 // thread, the file's 210 Q4_1 projections) this replaced passes of 4 rows x 2 weight rows and,
 // past 16 rows, an fp32 tile per weight-row pair: 16 rows 35.8 -> 20.0 ms, 32 rows 83.4 -> 41.0
 // (oneDNN fp32 40.8), 64 rows 84 where that tile took 102 (BENCHMARKS.md, issue 23). From
-// kTileMinRows rows, a tile of 4 weight rows (cpu_gguf_tile.h) against 6 rows of x at a time:
-// on an AMX Xeon the passes' dequantizing made these registers 3.1 ms a row of x past 16 rows,
-// and the tile took 32 rows 107.2 -> 84.5 ms, 64 rows 227.2 -> 146.7 (dequantize + oneDNN's
-// GEMM 171.7; BENCHMARKS.md, "The exact GGUF tile on AVX-512"). AVX2 builds run
-// cpu_gguf_avx2.cpp's (gcc keeps these 16-float vectors in memory there).
+// `tile_min_rows` (10 for 4-bit blocks, 16 for Q8_0), a tile of 4 weight rows (cpu_gguf_tile.h)
+// against 6 rows of x at a time: on an AMX Xeon the passes' dequantizing made these registers
+// 3.1 ms a row of x past 16 rows, and the tile took 32 rows 107.2 -> 84.5 ms, 64 rows 227.2 ->
+// 146.7 (dequantize + oneDNN's GEMM 171.7; BENCHMARKS.md, "The exact GGUF tile on AVX-512").
+// AVX2 builds run cpu_gguf_avx2.cpp's (gcc keeps these 16-float vectors in memory there).
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -85,7 +85,7 @@ void gguf_all(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64
 #if !defined(__AVX512F__)
     gguf_linear_avx2(x, ldx, rows, w, n, nb, F, out);  // the 16-float vectors here are AVX-512's
 #else
-    if (rows >= kTileMinRows)  // each block dequantized once, not once per pass of kRows
+    if (rows >= tile_min_rows(F))  // each block dequantized once, not once per pass of kRows
         return gguf_tiled<F>(x, ldx, rows, w, n, nb, out);
     const int64_t ldw = nb * block_bytes(F);
     // Threads split the weight rows, so each streams its part of W once; grain 16 groups keeps

@@ -4,9 +4,9 @@ torch references in kernels/quant_reference.py, over odd shapes.
 Every test runs twice: on the build for this machine and on one made with ``-march=haswell``
 (`cpu_ops.load("haswell")`), which compiles the AVX2 code paths (kernels/cpu_gguf_avx2.cpp:
 registers for up to 15 rows, 4 at a time; the fp32 tile of 3 weight rows from 16) even on an
-AVX-512 machine, whose own build runs registers below 16 rows and a tile of 4 weight rows from
-there (kernels/cpu_gguf_tile.h). That second build is a module of its own, about a
-minute on 2 cores the first time, so its cases are marked slow."""
+AVX-512 machine, whose own build runs registers below 16 rows (10 for 4-bit blocks) and a tile
+of 4 weight rows from there (kernels/cpu_gguf_tile.h). That second build is a module of its own,
+about a minute on 2 cores the first time, so its cases are marked slow."""
 
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ def random_blocks(fmt: qr.BlockFormat, n: int, k: int, seed: int) -> torch.Tenso
 # k: one block, 3 and 5 blocks (not a multiple of any vector or tile width), the model's 576.
 # n: counts that leave 1 or 2 weight rows after the groups of 2 (AVX2's registers) or 3 (AVX-512's
 # registers, AVX2's tile), and 1-3 after the groups of 4 (AVX-512's tile). Rows: every path of
-# both builds, the registers below 16 and the tiles from 16, in passes of 4 (AVX2) with 0-3 rows
-# left over and of 6 (AVX-512's tile) with 0-5.
+# both builds, the registers below 16 (10 for AVX-512's 4-bit blocks) and the tiles from there,
+# in passes of 4 (AVX2) with 0-3 rows left over and of 6 (AVX-512's tile) with 0-5.
 SHAPES = [(32, 1), (64, 2), (96, 7), (160, 33), (576, 65)]
-ROWS = [1, 2, 3, 5, 8, 16, 17, 18, 19, 20, 21, 64]
+ROWS = [1, 2, 3, 5, 8, 10, 11, 13, 16, 17, 18, 19, 20, 21, 64]
 
 
 def test_bf16_dequantize_converts_non_finite_scales_as_torch_does(ops: ModuleType) -> None:
