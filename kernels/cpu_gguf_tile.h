@@ -51,10 +51,11 @@ inline __m128 sum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// out[r * ldo + o] = dot(x row r, tile row o) over k (whole GGUF blocks: a multiple of 32).
+// out[r * ldo + o] = scale[o] * dot(x row r, tile row o) over k (a multiple of the vector;
+// scale null: 1, as cpu_quant.h's dot_block).
 template <class Vec, int64_t R, int64_t O>
-void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* out,
-              int64_t ldo) {
+void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, const float* scale,
+              float* out, int64_t ldo) {
     static_assert(O <= 4, "one sum4 a row of x");
     using V = typename Vec::V;
     V acc[R][O];
@@ -77,51 +78,53 @@ void tile_dot(const float* x, int64_t ldx, const float* tile, int64_t k, float* 
         for (int64_t o = 0; o < O; ++o) y[o] = Vec::ymm(acc[r][o]);
         const __m128 sums = sum4(y[0], y[1], y[2], y[3]);
         if constexpr (O == 4) {
-            _mm_storeu_ps(out + r * ldo, sums);
+            _mm_storeu_ps(out + r * ldo, scale ? _mm_mul_ps(sums, _mm_loadu_ps(scale)) : sums);
         } else {
             float s[4];
             _mm_storeu_ps(s, sums);
-            for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = s[o];
+            for (int64_t o = 0; o < O; ++o) out[r * ldo + o] = scale ? s[o] * scale[o] : s[o];
         }
     }
 }
 
 // O weight rows through the tile, against every row of x in passes of Rows; fill(o, dst)
-// writes weight row o's k floats.
+// writes weight row o's k floats, scale (null: none) holds the O rows' scales.
 template <class Vec, int64_t Rows, int64_t O, class Fill>
 void tile_rows(const float* x, int64_t ldx, int64_t rows, int64_t k, int64_t o0, Fill& fill,
-               float* tile, float* out, int64_t ldo) {
+               const float* scale, float* tile, float* out, int64_t ldo) {
     for (int64_t o = 0; o < O; ++o) fill(o0 + o, tile + o * k);
     in_passes<Rows>(rows, [&](int64_t r, auto n) {
-        tile_dot<Vec, decltype(n)::value, O>(x + r * ldx, ldx, tile, k, out + r * ldo, ldo);
+        tile_dot<Vec, decltype(n)::value, O>(x + r * ldx, ldx, tile, k, scale, out + r * ldo,
+                                             ldo);
     });
 }
 
 // The last n % Out weight rows (fewer than a group), one group of their own size.
 template <class Vec, int64_t Rows, int64_t O, class Fill>
 void tile_tail(int64_t left, const float* x, int64_t ldx, int64_t rows, int64_t k, int64_t o0,
-               Fill& fill, float* tile, float* out, int64_t ldo) {
+               Fill& fill, const float* scale, float* tile, float* out, int64_t ldo) {
     if (left == O)
-        tile_rows<Vec, Rows, O>(x, ldx, rows, k, o0, fill, tile, out, ldo);
+        tile_rows<Vec, Rows, O>(x, ldx, rows, k, o0, fill, scale, tile, out, ldo);
     else if constexpr (O > 1)
-        tile_tail<Vec, Rows, O - 1>(left, x, ldx, rows, k, o0, fill, tile, out, ldo);
+        tile_tail<Vec, Rows, O - 1>(left, x, ldx, rows, k, o0, fill, scale, tile, out, ldo);
 }
 
 // out (rows, n) = x @ W.T, W's n rows of k floats (k a multiple of the vector) made by
-// fill(o, dst). Threads split the weight rows (grain 16 groups, as the register kernels), each
-// with a tile of its own.
+// fill(o, dst), each output column times scale[o] where scale is not null. Threads split the
+// weight rows (grain 16 groups, as the register kernels), each with a tile of its own.
 template <class Vec, int64_t Out, int64_t Rows, class Fill>
 void tiled(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t k, Fill fill,
-           float* out) {
+           const float* scale, float* out) {
     at::parallel_for(0, (n + Out - 1) / Out, 16, [&](int64_t begin, int64_t end) {
         thread_local std::vector<float> tile;
         tile.resize(Out * k);
         for (int64_t p = begin; p < end; ++p) {
             const int64_t o0 = p * Out;
+            const float* s = scale ? scale + o0 : nullptr;
             if (o0 + Out <= n)
-                tile_rows<Vec, Rows, Out>(x, ldx, rows, k, o0, fill, tile.data(), out + o0, n);
+                tile_rows<Vec, Rows, Out>(x, ldx, rows, k, o0, fill, s, tile.data(), out + o0, n);
             else
-                tile_tail<Vec, Rows, Out - 1>(n - o0, x, ldx, rows, k, o0, fill, tile.data(),
+                tile_tail<Vec, Rows, Out - 1>(n - o0, x, ldx, rows, k, o0, fill, s, tile.data(),
                                               out + o0, n);
         }
     });
@@ -146,7 +149,7 @@ void gguf_tiled(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int
                 int64_t nb, float* out) {
     const int64_t ldw = nb * block_bytes(F);
     auto fill = [&](int64_t o, float* dst) { dequant_row<F>(w + o * ldw, nb, dst); };
-    tiled<TileVec, kTileOut, kTileRows>(x, ldx, rows, n, nb * kBlock, fill, out);
+    tiled<TileVec, kTileOut, kTileRows>(x, ldx, rows, n, nb * kBlock, fill, nullptr, out);
 }
 
 }  // namespace quant

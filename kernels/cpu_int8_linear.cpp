@@ -87,23 +87,20 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::
             const int8_t* q = wp + o * k;
             for (int64_t i = 0; i < k; ++i) dst[i] = float(q[i]);
         };
-        tiled<TileVec, kTileOut, kTileRows>(xp, ldx, rows, n, k, fill, op);
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t o = 0; o < n; ++o) op[r * n + o] *= sp[o];
-        add_bias(op, rows, n, b);
-        return out;
+        tiled<TileVec, kTileOut, kTileRows>(xp, ldx, rows, n, k, fill, sp, op);
+    } else {
+        // Threads split the weight rows, so each streams its part of W once.
+        at::parallel_for(0, (n + kOut - 1) / kOut, 16, [&](int64_t begin, int64_t end) {
+            for (int64_t p = begin; p < end; ++p) {
+                const int64_t o0 = p * kOut;
+                const int8_t* w = wp + o0 * k;
+                if (o0 + kOut <= n)
+                    int8_rows<kOut>(xp, ldx, rows, w, k, sp + o0, op + o0, n);
+                else
+                    int8_rows<1>(xp, ldx, rows, w, k, sp + o0, op + o0, n);
+            }
+        });
     }
-    // Threads split the weight rows, so each streams its part of W once.
-    at::parallel_for(0, (n + kOut - 1) / kOut, 16, [&](int64_t begin, int64_t end) {
-        for (int64_t p = begin; p < end; ++p) {
-            const int64_t o0 = p * kOut;
-            const int8_t* w = wp + o0 * k;
-            if (o0 + kOut <= n)
-                int8_rows<kOut>(xp, ldx, rows, w, k, sp + o0, op + o0, n);
-            else
-                int8_rows<1>(xp, ldx, rows, w, k, sp + o0, op + o0, n);
-        }
-    });
     add_bias(op, rows, n, b);
     return out;
 }
