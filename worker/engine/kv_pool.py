@@ -9,6 +9,7 @@ import torch
 
 from worker.attention import KVCache
 from worker.attention.backend import AttentionBackend
+from worker.engine import huge_pages
 from worker.engine.config import DEFAULT_CPU_KV_BYTES, CacheConfig, InvalidConfigError
 from worker.models.base import CausalLM
 from worker.models.config import ModelConfig
@@ -65,6 +66,12 @@ def make_kv_caches(
     )
     # Zero-filled, not empty: padding slots of a partly filled block are read (and masked) by
     # the batched decode gather, and uninitialised memory may hold NaN, which masking keeps.
+    # On the CPU on huge pages: decode attention reads blocks scattered over the pool.
+    if device.type == "cpu":
+        return [
+            KVCache(huge_pages.zeros(shape, dtype), huge_pages.zeros(shape, dtype))
+            for _ in range(mc.num_layers)
+        ]
     return [
         KVCache(
             torch.zeros(shape, dtype=dtype, device=device),
