@@ -48,6 +48,32 @@ def test_decode_matches_reference(  # type: ignore[no-untyped-def]
     assert rel_err(out, ref) < TOLERANCE[torch.float32]
 
 
+@pytest.mark.parametrize("num_kv_heads", [1, 3])
+def test_the_output_is_the_same_on_any_number_of_threads(ops, num_kv_heads: int) -> None:  # type: ignore[no-untyped-def]
+    """Threads take whole sequences, or one head of a sequence that outweighs a thread's share
+    (the 1,200-token one at 2+ threads), longest first: which thread takes what must not change
+    a bit of the output, and every head must be computed once."""
+    gen = torch.Generator().manual_seed(7)
+    contexts = [40, 1200, 300, 300, 300, 5, 64, 300]
+    kv = make_paged_kv(contexts, num_kv_heads, 64, 16, torch.float32, gen)
+    q = torch.randn(len(contexts), num_kv_heads * 3, 64, generator=gen)
+    args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
+    ref = reference.paged_decode_attention(q, *args)
+    before = torch.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2, 3, 8):
+            torch.set_num_threads(threads)
+            out = torch.full_like(q, float("nan"))
+            ops.paged_decode_attention(out, q, *args)
+            outs.append(out)
+    finally:
+        torch.set_num_threads(before)
+    assert rel_err(outs[0], ref) < TOLERANCE[torch.float32]
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+
+
 def test_rejects_bad_input(ops) -> None:  # type: ignore[no-untyped-def]
     gen = torch.Generator().manual_seed(0)
     kv = make_paged_kv([20, 5], 1, 64, 16, torch.float32, gen)
