@@ -260,8 +260,8 @@ double makespan(const std::vector<Task>& tasks, int threads, const int32_t* lens
 // its heads while that shortens the modelled finishing time (a single sequence, or 5 alike on
 // 2 threads, where whole ones would split 3 to 2), at most 2 per thread. Each head computes
 // what it did before, so the output is the same whatever thread takes it.
-std::vector<Task> balanced_tasks(const int32_t* lens, int64_t num_seqs, int64_t num_kv_heads) {
-    const int threads = std::max(1, at::get_num_threads());
+std::vector<Task> balanced_tasks(const int32_t* lens, int64_t num_seqs, int64_t num_kv_heads,
+                                 int threads) {
     std::vector<Task> tasks;
     tasks.reserve(static_cast<size_t>(num_seqs * num_kv_heads));
     for (int64_t b = 0; b < num_seqs; ++b) tasks.push_back({b, 0, num_kv_heads});
@@ -276,15 +276,9 @@ std::vector<Task> balanced_tasks(const int32_t* lens, int64_t num_seqs, int64_t 
             return t.head_end - t.head_begin == num_kv_heads;
         });
         if (whole == tasks.end()) break;
-        std::vector<Task> trial;
-        trial.reserve(tasks.size() + static_cast<size_t>(num_kv_heads));
-        for (auto it = tasks.begin(); it != tasks.end(); ++it) {
-            if (it != whole) {
-                trial.push_back(*it);
-                continue;
-            }
-            for (int64_t h = 0; h < num_kv_heads; ++h) trial.push_back({it->seq, h, h + 1});
-        }
+        std::vector<Task> trial(tasks);
+        trial.erase(trial.begin() + (whole - tasks.begin()));
+        for (int64_t h = 0; h < num_kv_heads; ++h) trial.push_back({whole->seq, h, h + 1});
         std::stable_sort(trial.begin(), trial.end(), by_cost);
         const double span = makespan(trial, threads, lens, num_kv_heads);
         if (span >= best) break;
@@ -352,12 +346,13 @@ void paged_decode_attention(at::Tensor out, const at::Tensor& q, const at::Tenso
     float* out_ptr = out.data_ptr<float>();
     const int64_t q_row = q.stride(0), out_row = out.stride(0);
     const float scale_f = static_cast<float>(scale);
-    const std::vector<Task> tasks = balanced_tasks(lens, num_seqs, num_kv_heads);
+    const int threads = std::max(1, at::get_num_threads());
+    const std::vector<Task> tasks = balanced_tasks(lens, num_seqs, num_kv_heads, threads);
     auto run = [&](const auto* k_ptr, const auto* v_ptr) {
         std::atomic<size_t> next{0};
         // One body per thread, each taking the next task until none is left; nested in another
         // parallel region it runs on the caller alone, which then takes every task.
-        at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
+        at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
             std::vector<float> scores;
             for (size_t i = next.fetch_add(1); i < tasks.size(); i = next.fetch_add(1)) {
                 const int64_t b = tasks[i].seq;

@@ -33,7 +33,7 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     a first touch is slow), against 0.4-0.5 s for ``torch.zeros``. The tensor keeps the
     mapping alive. Where the platform cannot advise (not Linux, or THP compiled out), plain
     ``torch.zeros``."""
-    nbytes = prod(shape) * torch.empty((), dtype=dtype).element_size()
+    nbytes = prod(shape) * dtype.itemsize
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if nbytes == 0 or advice is None:
         return torch.zeros(shape, dtype=dtype)

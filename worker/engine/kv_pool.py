@@ -64,18 +64,13 @@ def make_kv_caches(
         cache.block_size,
         mc.head_size,
     )
+
     # Zero-filled, not empty: padding slots of a partly filled block are read (and masked) by
     # the batched decode gather, and uninitialised memory may hold NaN, which masking keeps.
     # On the CPU on huge pages: decode attention reads blocks scattered over the pool.
-    if device.type == "cpu":
-        return [
-            KVCache(huge_pages.zeros(shape, dtype), huge_pages.zeros(shape, dtype))
-            for _ in range(mc.num_layers)
-        ]
-    return [
-        KVCache(
-            torch.zeros(shape, dtype=dtype, device=device),
-            torch.zeros(shape, dtype=dtype, device=device),
-        )
-        for _ in range(mc.num_layers)
-    ]
+    def zeros() -> torch.Tensor:
+        if device.type == "cpu":
+            return huge_pages.zeros(shape, dtype)
+        return torch.zeros(shape, dtype=dtype, device=device)
+
+    return [KVCache(zeros(), zeros()) for _ in range(mc.num_layers)]
