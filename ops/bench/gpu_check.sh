@@ -9,14 +9,15 @@
 #      ignored): ours on both shapes (NANO_HF_CB=1 adds HF continuous batching on Llama's);
 #   6. the mix at 4x the requests, ours alone; ops/bench/kernels.py's decode grid;
 #   FP8 (with QUICK=1 or FP8=1): Llama-3.2-1B's shape as an FP8 checkpoint (e4m3, a scale a row),
-#      its decode steps at batch 1, 32 and 256 against bf16's from (4) (issue 23);
+#      its decode steps at batch 1, 32 and 256 against bf16's from (4), and the same steps with
+#      --quantization int8 (the Triton int8 GEMM; issue 23);
 #   7. a digest of every JSON report (ops/bench/gpu_summary.py): the tool returns only the tail.
 #
 #   OUT=results/gpu TOKENIZER=dir-with-config-and-tokenizer bash ops/bench/gpu_check.sh
 #   SMOKE=1 OUT=/tmp/gpu-smoke TOKENIZER=dir bash ops/bench/gpu_check.sh   # CPU, tiny, ~2 min
 #   QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # a second lease call, ~3 min: the decode
 #       kernel's tests, random weights, the decode split sweep, both shapes' decode steps, the
-#       mix with ours alone, the FP8 steps (limits 45 + 35 s)
+#       mix with ours alone, the FP8 and int8 steps (limits 45 + 35 + 35 s)
 #   BASE=.ab/base QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # before/after on one host
 #       BASE: a checkout to compare (`git worktree add .ab/base COMMIT`, `.ab` excluded and
 #       carried): both shapes' decode steps run from it too, right after this tree's, into
@@ -132,12 +133,16 @@ fi
 
 if [ $DEVICE = cuda ]; then
     KERNEL_TESTS=(tests/kernels/test_triton_layer_ops.py tests/kernels/test_gpu_kernels.py
-        tests/kernels/test_triton_decode.py tests/kernels/test_triton_prefill.py
-        tests/kernels/test_triton_kv_write.py tests/kernels/test_triton_backend.py)
-    full || KERNEL_TESTS=(tests/kernels/test_triton_decode.py)  # QUICK: the decode kernel's
+        tests/kernels/test_triton_decode.py tests/kernels/test_quant_triton.py
+        tests/kernels/test_triton_prefill.py tests/kernels/test_triton_kv_write.py
+        tests/kernels/test_triton_backend.py)
+    # QUICK: the decode kernel's and the quantized linears'
+    full || KERNEL_TESTS=(tests/kernels/test_triton_decode.py tests/kernels/test_quant_triton.py)
     section "kernel tests on the GPU: ${#KERNEL_TESTS[@]} files"
+    # compiles_for_sm90: kernels.compile_check in a subprocess, the CPU's check (CI runs it).
     PATERNOSTER_TEST_DEVICE=cuda timeout 100 python3 -m pytest -q -p no:cacheprovider -rfE \
-        "${KERNEL_TESTS[@]}" -k "not rejects" >"$OUT/kernel_tests.log" 2>&1
+        "${KERNEL_TESTS[@]}" -k "not rejects and not compiles_for_sm90" \
+        >"$OUT/kernel_tests.log" 2>&1
     echo "pytest exit $?"
     tail -25 "$OUT/kernel_tests.log"
 fi
@@ -168,7 +173,7 @@ section "decode steps against their byte floor: Llama-3.2-1B's shape"
 steps steps_llama "$MODEL_DIR" $KV_MIX
 
 if fp8; then
-    section "FP8 projections: $LLAMA_SHAPE at batch 1, 32, 256 (bf16's: steps_llama)"
+    section "FP8 and int8 projections: $LLAMA_SHAPE at batch 1, 32, 256 (bf16's: steps_llama)"
     timeout 45 python3 ops/bench/random_model.py --shape $LLAMA_SHAPE --tokenizer "$TOKENIZER" \
         --out "$FP8_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE --fp8 2>&1 | grep -v "shards"
     FP8_BATCHES=1,32,256
@@ -176,6 +181,9 @@ if fp8; then
     part 35 steps_llama_fp8 6 gpu_steps.py --device $DEVICE --model "$FP8_DIR" \
         "${STEPS_ARGS[@]}" --batch-sizes $FP8_BATCHES --kv-cache-bytes $KV_MIX \
         --out "$OUT/steps_llama_fp8.json"
+    part 35 steps_llama_int8 6 gpu_steps.py --device $DEVICE --model "$MODEL_DIR" \
+        --quantization int8 "${STEPS_ARGS[@]}" --batch-sizes $FP8_BATCHES \
+        --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama_int8.json"
 fi
 
 full && section "nano-vllm's workload: Qwen3-0.6B's shape, ours"

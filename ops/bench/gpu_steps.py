@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.append(str(Path(__file__).resolve().parent))
@@ -64,6 +64,7 @@ class StepBench:
                 device=args.device,
                 dtype=args.dtype,
                 enforce_eager=args.enforce_eager,
+                quantization=args.quantization,
                 cache=CacheConfig(memory_bytes=args.kv_cache_bytes),
                 scheduler=SchedulerConfig(
                     max_num_seqs=max(args.batch_sizes),
@@ -161,6 +162,22 @@ class StepBench:
         }
 
 
+def count_modules(model: torch.nn.Module, type_name: str) -> int:
+    return sum(type(m).__name__ == type_name for m in model.modules())
+
+
+def resident_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters, buffers and the CPU's quantized weights (`QuantWeight`,
+    a plain object), each storage once (a tied head is its embedding's table)."""
+    seen: dict[int, int] = {}
+    quant = [m.qweight for m in model.modules() if hasattr(m, "qweight")]
+    held = [t for w in quant for t in (w.data, w.scale) if t is not None]
+    for t in (*model.parameters(), *model.buffers(), *held):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     gbps = copy_gbps(args.device, args.copy_bytes or COPY_BYTES[args.device])
     bench = StepBench(args)
@@ -186,11 +203,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tied": mc.tie_word_embeddings,
             "qk_norm": mc.qk_norm,
         },
-        # FP8 projections (a checkpoint random_model.py --fp8 wrote) read 1 byte a weight, not
-        # the dtype's: the floor above still counts the dtype's bytes.
-        "fp8_linears": sum(
-            type(m).__name__ == "Fp8Linear" for m in bench.engine.runner.model.modules()
-        ),
+        # FP8 projections (a checkpoint random_model.py --fp8 wrote) and --quantization int8's
+        # read 1 byte a weight, not the dtype's: the floor still counts the dtype's bytes, and
+        # resident_weight_bytes says what the model holds.
+        "fp8_linears": count_modules(bench.engine.runner.model, "Fp8Linear"),
+        "int8_linears": count_modules(bench.engine.runner.model, "Int8Linear"),
+        "quantization": args.quantization,
+        "resident_weight_bytes": resident_bytes(bench.engine.runner.model),
         "weight_bytes": step_bytes(mc, itemsize, 0, 0)["weights"],
         "kv_bytes_per_token": mc.kv_bytes_per_token * itemsize,
         "copy_gbps": gbps,
@@ -240,6 +259,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument(
+        "--quantization",
+        default=EngineConfig.quantization,
+        choices=get_args(get_type_hints(EngineConfig)["quantization"]),
+        help="projection weights, as the engine's flag (int8 on CUDA: a Triton GEMM)",
+    )
     p.add_argument("--batch-sizes", default=DEFAULT_BATCHES, help="comma list")
     p.add_argument("--context", type=int, default=512, help="prompt tokens per row")
     p.add_argument("--warmup", type=int, default=3)

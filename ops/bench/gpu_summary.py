@@ -43,7 +43,12 @@ def steps_lines(name: str, report: dict[str, Any]) -> list[str]:
         f"{name}: {m['model_type']} {m['layers']} layers, weights "
         f"{report['weight_bytes'] / 1e9:.2f} GB, copy {report['copy_gbps']:.0f} GB/s, "
         f"graphs {len(report.get('graph_sizes', []))} sizes, eager {report['enforce_eager']}, "
-        f"FP8 projections {report.get('fp8_linears', 0)}"
+        f"FP8 projections {report.get('fp8_linears', 0)}, int8 {report.get('int8_linears', 0)}"
+        + (
+            f", resident {report['resident_weight_bytes'] / 1e9:.2f} GB"
+            if "resident_weight_bytes" in report
+            else ""
+        )
     ]
     for r in report["batches"]:
         idle = r.get("idle_share")

@@ -1,5 +1,7 @@
-"""kernels/triton_quant.py on CPU: the int8 Triton GEMM under the interpreter against the torch
-reference, and the FP8 path (torch's _scaled_mm) against its float32 emulation."""
+"""kernels/triton_quant.py: the int8 Triton GEMM against the torch reference, and the FP8 path
+(torch's _scaled_mm) against its float32 emulation. On the CPU under the interpreter; with
+``PATERNOSTER_TEST_DEVICE=cuda`` (ops/bench/gpu_check.sh) compiled, inputs drawn on the CPU and
+moved."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from paged_cases import DEVICE
 
 from kernels import quant_reference as qr
 from kernels import triton_quant as tq
+from worker.models.quant_cuda import TRITON_MAX_ROWS, Int8Linear
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -23,7 +27,7 @@ def test_int8_linear_matches_reference(m: int, k: int, n: int, dtype: torch.dtyp
     x = torch.randn(m, k, generator=gen).to(dtype)
     bias = torch.randn(n, generator=gen)
     expected = qr.int8_linear(x.float(), q, scale, bias)
-    got = tq.int8_linear(x, q, scale, bias)
+    got = tq.int8_linear(x.to(DEVICE), q.to(DEVICE), scale.to(DEVICE), bias.to(DEVICE)).cpu()
     assert got.dtype == dtype
     tol = 1e-4 if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(got.float(), expected, rtol=tol, atol=tol * 10)
@@ -53,6 +57,30 @@ def test_fp8_linear_matches_its_emulation(m: int, k: int, n: int) -> None:
     assert float((emulated - exact).abs().max()) < 0.1 * float(exact.abs().max())
     if tq.fp8_supported(x.device):  # torch's CPU build has a _scaled_mm of its own
         torch.testing.assert_close(tq.fp8_linear(x, w_fp8, w_scale, bias), emulated)
+    if DEVICE.type == "cuda":  # row-wise scales on CUDA: bf16 activations and output only
+        xb, wd = x.bfloat16(), (w_fp8.to(DEVICE), w_scale.to(DEVICE), bias.to(DEVICE))
+        got = tq.fp8_linear(xb.to(DEVICE), *wd).float().cpu()
+        want = tq.fp8_linear_reference(xb, w_fp8, w_scale, bias).float()
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("rows", [1, 5, TRITON_MAX_ROWS, TRITON_MAX_ROWS + 3])
+def test_int8_module_matches_the_reference_on_both_paths(rows: int) -> None:
+    """`Int8Linear` (CUDA's ``--quantization int8``): the Triton kernel up to TRITON_MAX_ROWS
+    rows, the widened weight's GEMM beyond; either gives the int8 reference's values."""
+    gen = torch.Generator().manual_seed(rows)
+    linear = torch.nn.Linear(96, 40, bias=True)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(40, 96, generator=gen))
+        linear.bias.copy_(torch.randn(40, generator=gen))
+    x = torch.randn(rows, 3, 96, generator=gen)[:, 1]  # rows 3 apart: not contiguous
+    module = Int8Linear.of(linear.to(DEVICE))
+    assert module.q.dtype == torch.int8 and module.nbytes() == 40 * 96 + 40 * 4
+    q, scale = qr.quantize_int8(linear.weight.cpu())
+    want = qr.int8_linear(x, q, scale, linear.bias.detach().cpu())
+    got = module(x.to(DEVICE)).cpu()
+    assert got.shape == (rows, 40)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.slow

@@ -109,6 +109,25 @@ def test_int8_from_float_weights(tiny_model_dir: Path) -> None:
         assert 0 < float((got - want).abs().max()) < 0.03 * float(want.abs().max())
 
 
+def test_int8_on_cuda_swaps_every_projection_but_the_head(tiny_model_dir: Path) -> None:
+    """CUDA's int8 (worker/models/quant_cuda.py), its Triton GEMM run here by the interpreter:
+    every projection but the LM head becomes an `Int8Linear`, and a forward stays within int8's
+    rounding of the float model's."""
+    from worker.models.quant_cuda import Int8Linear, to_int8
+
+    fp32: Any = load_model(tiny_model_dir, torch.float32, CPU)
+    ours: Any = load_model(tiny_model_dir, torch.float32, CPU)
+    assert to_int8(ours) == 2 * 4
+    assert type(ours.lm_head) is nn.Linear and not [
+        m for n, m in ours.named_modules() if type(m) is nn.Linear and n != "lm_head"
+    ]
+    h = torch.randn(5, 64)
+    with torch.inference_mode():
+        got, want = ours.layers[1].mlp.down_proj(h), fp32.layers[1].mlp.down_proj(h)
+    assert isinstance(ours.layers[1].mlp.down_proj, Int8Linear)
+    assert 0 < float((got - want).abs().max()) < 0.03 * float(want.abs().max())
+
+
 def test_auto_and_bad_modes(tiny_model_dir: Path) -> None:
     model = load_model(tiny_model_dir, torch.float32, CPU)
     assert quantize_model(model, "auto", None, CPU) == "none"  # not a GGUF: float as loaded
@@ -118,7 +137,7 @@ def test_auto_and_bad_modes(tiny_model_dir: Path) -> None:
     with pytest.raises(ValueError, match="unknown quantization 'q2'"):
         quantize_model(model, "q2", None, CPU)
     with pytest.raises(ValueError, match="CPU only"):
-        quantize_model(model, "int8", None, torch.device("cuda"))
+        quantize_model(model, "gguf", None, torch.device("cuda"))
     assert type(model.lm_head) is nn.Linear  # nothing was swapped by the refusals
     parser = argparse.ArgumentParser()
     EngineConfig.add_arguments(parser)

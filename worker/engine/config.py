@@ -167,7 +167,8 @@ class EngineConfig:
     # Projection weights (worker/models/quant_loader.py): gguf keeps a GGUF file's Q8_0/Q4_0/Q4_1
     # blocks for our C++ kernels (the bundled Q4_1 file: 96 MB instead of 540 MB fp32); int8
     # makes per-channel int8 from float weights at load; none: float weights (exact HF parity);
-    # auto: gguf for a quantized GGUF on a float32 CPU model, else none. CPU only.
+    # auto: gguf for a quantized GGUF on a float32 CPU model, else none. gguf runs on the CPU
+    # only; int8 on CUDA too (a Triton GEMM, worker/models/quant_cuda.py).
     quantization: Literal["auto", "none", "gguf", "int8"] = "auto"
     # GGUF blocks: int8 rounds x to 8 bits a 32-value block and multiplies integers, as
     # llama.cpp always does (every step, VNNI or AVX2; worker/models/quant.py): 1.3x tokens/s

@@ -7,7 +7,8 @@
   swapped weight is checked to dequantize exactly to the float weight it replaces (on its first
   128 and last 64 rows, `_same`), so no name or row order can go wrong silently. Tensors in
   other types (F32, F16, k-quants) stay float.
-- ``int8``: per-channel symmetric int8 made from the float weights (any checkpoint).
+- ``int8``: per-channel symmetric int8 made from the float weights (any checkpoint); on CUDA
+  through a Triton GEMM (worker/models/quant_cuda.py), elsewhere the CPU's C++ kernels.
 - ``auto``: ``gguf`` when the model is a GGUF holding blocks we run and the model runs in
   float32 on the CPU; else ``none``, the float weights as loaded (exact HF parity).
 
@@ -68,6 +69,11 @@ def _quantize(
     cpu_fp32 = device.type == "cpu" and model.dtype == torch.float32
     if mode == "none" or (mode == "auto" and not (cpu_fp32 and gguf_file is not None)):
         return "none"
+    if device.type == "cuda" and mode == "int8" and activations == "float32":
+        from worker.models.quant_cuda import to_int8
+
+        log.info("int8 weights on %s: %d projections", device, to_int8(model))
+        return mode
     if device.type != "cpu":
         raise ValueError(f"--quantization {mode} runs on the CPU only (device {device})")
     from kernels import cpu_ops
