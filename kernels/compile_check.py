@@ -124,8 +124,9 @@ def compile_all(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values()
 
 
 def compile_quant(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values())) -> list[str]:
-    """The int8 weight-only GEMM (kernels/triton_quant.py) through its launcher, per activation
-    dtype, with and without a bias, at decode (1 row) and prefill (100 rows) sizes."""
+    """The 8-bit-weight GEMM (kernels/triton_quant.py) through its launcher, per activation
+    dtype and code format (int8, e4m3), at one row of each `TILES` class, with a bias at the
+    largest."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("unset TRITON_INTERPRET: the interpreter's kernels cannot compile")
     from triton.backends.compiler import GPUTarget
@@ -134,15 +135,19 @@ def compile_quant(arch: int, dtypes: Sequence[torch.dtype] = tuple(DTYPES.values
 
     quant: Any = kernels.triton_quant
     built: list[str] = []
-    kernel = quant._int8_linear_kernel
-    quant._int8_linear_kernel = CompileOnly(kernel, GPUTarget("cuda", arch, 32), built)
+    kernel = quant._w8_linear_kernel
+    quant._w8_linear_kernel = CompileOnly(kernel, GPUTarget("cuda", arch, 32), built)
     quant.check_device = lambda kernel, *tensors: None
     quant.dot_flags = functools.partial(cuda_dot_flags, quant.dot_flags)
-    # Llama-3.2-1B's MLP up projection (2048 -> 8192), its int8 weight and per-channel scales.
-    q, scale = torch.zeros(8192, 2048, dtype=torch.int8), torch.ones(8192)
-    for dtype in dtypes:
-        quant.int8_linear(torch.zeros(1, 2048, dtype=dtype), q, scale)
-        quant.int8_linear(torch.zeros(100, 2048, dtype=dtype), q, scale, torch.zeros(8192))
+    # Llama-3.2-1B's MLP up projection (2048 -> 8192), 8-bit codes and per-channel scales.
+    scale, bias = torch.ones(8192), torch.zeros(8192)
+    rows = [limit for limit, _ in quant.TILES[:-1]] + [quant.WEIGHT_ONLY_MAX_ROWS]
+    for code in quant.CODE_DTYPES:
+        q = torch.zeros(8192, 2048, dtype=code)
+        for dtype in dtypes:
+            for m in rows:
+                x = torch.zeros(m, 2048, dtype=dtype)
+                quant.w8_linear(x, q, scale, bias if m == rows[-1] else None)
     return built
 
 

@@ -9,8 +9,9 @@
 #      ignored): ours on both shapes (NANO_HF_CB=1 adds HF continuous batching on Llama's);
 #   6. the mix at 4x the requests, ours alone; ops/bench/kernels.py's decode grid;
 #   FP8 (with QUICK=1 or FP8=1): Llama-3.2-1B's shape as an FP8 checkpoint (e4m3, a scale a row),
-#      its decode steps at batch 1, 32 and 256 against bf16's from (4), and the same steps with
-#      --quantization int8 (the Triton int8 GEMM; issue 23);
+#      its decode steps at batch 1, 32 and 256 against bf16's from (4), the same steps with
+#      --quantization int8, and ops/bench/quant_gpu.py: each projection's 8-bit kernel at its
+#      tile shapes against bf16's and FP8's GEMMs (issue 23);
 #   7. a digest of every JSON report (ops/bench/gpu_summary.py): the tool returns only the tail.
 #
 #   OUT=results/gpu TOKENIZER=dir-with-config-and-tokenizer bash ops/bench/gpu_check.sh
@@ -18,6 +19,8 @@
 #   QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # a second lease call, ~3 min: the decode
 #       kernel's tests, random weights, the decode split sweep, both shapes' decode steps, the
 #       mix with ours alone, the FP8 and int8 steps (limits 45 + 35 + 35 s)
+#   QUANT=1 OUT=... bash ops/bench/gpu_check.sh   # ~2.5 min: the 8-bit kernels' tests, Llama's
+#       random weights, bf16's decode steps at batch 1, 32 and 256, then the FP8 part alone
 #   BASE=.ab/base QUICK=1 OUT=... bash ops/bench/gpu_check.sh   # before/after on one host
 #       BASE: a checkout to compare (`git worktree add .ab/base COMMIT`, `.ab` excluded and
 #       carried): both shapes' decode steps run from it too, right after this tree's, into
@@ -138,6 +141,7 @@ if [ $DEVICE = cuda ]; then
         tests/kernels/test_triton_backend.py)
     # QUICK: the decode kernel's and the quantized linears'
     full || KERNEL_TESTS=(tests/kernels/test_triton_decode.py tests/kernels/test_quant_triton.py)
+    [ -n "${QUANT:-}" ] && KERNEL_TESTS=(tests/kernels/test_quant_triton.py)  # QUANT: those
     section "kernel tests on the GPU: ${#KERNEL_TESTS[@]} files"
     # compiles_for_sm90: kernels.compile_check in a subprocess, the CPU's check (CI runs it).
     PATERNOSTER_TEST_DEVICE=cuda timeout 100 python3 -m pytest -q -p no:cacheprovider -rfE \
@@ -150,8 +154,38 @@ fi
 section "random weights: $LLAMA_SHAPE and $QWEN3_SHAPE shapes, $WEIGHT_DTYPE"
 timeout 30 python3 ops/bench/random_model.py --shape $LLAMA_SHAPE --tokenizer "$TOKENIZER" \
     --out "$MODEL_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 | grep -v "shards"
-timeout 25 python3 ops/bench/random_model.py --shape $QWEN3_SHAPE --tokenizer "$TOKENIZER" \
-    --out "$QWEN3_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 | grep -v "shards"
+[ -z "${QUANT:-}" ] && timeout 25 python3 ops/bench/random_model.py --shape $QWEN3_SHAPE \
+    --tokenizer "$TOKENIZER" --out "$QWEN3_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 \
+    | grep -v "shards"
+
+# quant_parts: FP8's and int8's decode steps on Llama-3.2-1B's shape, and each projection's
+# 8-bit kernel at its tile shapes against bf16's and FP8's GEMMs (issue 23).
+quant_parts() {
+    section "FP8 and int8 projections: $LLAMA_SHAPE at batch $QUANT_BATCHES (bf16's: steps_llama)"
+    timeout 45 python3 ops/bench/random_model.py --shape $LLAMA_SHAPE --tokenizer "$TOKENIZER" \
+        --out "$FP8_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE --fp8 2>&1 | grep -v "shards"
+    part 35 steps_llama_fp8 6 gpu_steps.py --device $DEVICE --model "$FP8_DIR" \
+        "${STEPS_ARGS[@]}" --batch-sizes $QUANT_BATCHES --kv-cache-bytes $KV_MIX \
+        --out "$OUT/steps_llama_fp8.json"
+    part 35 steps_llama_int8 6 gpu_steps.py --device $DEVICE --model "$MODEL_DIR" \
+        --quantization int8 "${STEPS_ARGS[@]}" --batch-sizes $QUANT_BATCHES \
+        --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama_int8.json"
+    section "8-bit weights, one projection at a time (quant_gpu.py)"
+    part 90 quant_gpu 40 quant_gpu.py ${SMOKE:+--smoke --rows 1,17} --out "$OUT/quant_gpu.json"
+}
+QUANT_BATCHES=1,32,256
+[ -n "${SMOKE:-}" ] && QUANT_BATCHES=1,3
+if [ -n "${QUANT:-}" ]; then  # QUANT=1: bf16's steps at the same batches, then quant_parts
+    section "decode steps against their byte floor: Llama-3.2-1B's shape, batch $QUANT_BATCHES"
+    part 35 steps_llama 6 gpu_steps.py --device $DEVICE --model "$MODEL_DIR" \
+        "${STEPS_ARGS[@]}" --batch-sizes $QUANT_BATCHES --kv-cache-bytes $KV_MIX \
+        --out "$OUT/steps_llama.json"
+    quant_parts
+    section "digest"
+    timeout 5 python3 ops/bench/gpu_summary.py "$OUT" | tee "$OUT/summary.txt"
+    echo "gpu_check.sh done in ${SECONDS}s"
+    exit 0
+fi
 
 if [ $DEVICE = cuda ]; then
     # A captured graph sizes the decode kernel's grid from max_model_len (131072 for Llama's
@@ -171,20 +205,7 @@ part 130 engine 8 engine.py --model "$MODEL_DIR" "${ENGINE_ARGS[@]}" --systems $
 
 section "decode steps against their byte floor: Llama-3.2-1B's shape"
 steps steps_llama "$MODEL_DIR" $KV_MIX
-
-if fp8; then
-    section "FP8 and int8 projections: $LLAMA_SHAPE at batch 1, 32, 256 (bf16's: steps_llama)"
-    timeout 45 python3 ops/bench/random_model.py --shape $LLAMA_SHAPE --tokenizer "$TOKENIZER" \
-        --out "$FP8_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE --fp8 2>&1 | grep -v "shards"
-    FP8_BATCHES=1,32,256
-    [ -n "${SMOKE:-}" ] && FP8_BATCHES=1,3
-    part 35 steps_llama_fp8 6 gpu_steps.py --device $DEVICE --model "$FP8_DIR" \
-        "${STEPS_ARGS[@]}" --batch-sizes $FP8_BATCHES --kv-cache-bytes $KV_MIX \
-        --out "$OUT/steps_llama_fp8.json"
-    part 35 steps_llama_int8 6 gpu_steps.py --device $DEVICE --model "$MODEL_DIR" \
-        --quantization int8 "${STEPS_ARGS[@]}" --batch-sizes $FP8_BATCHES \
-        --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama_int8.json"
-fi
+fp8 && quant_parts
 
 full && section "nano-vllm's workload: Qwen3-0.6B's shape, ours"
 full && part 50 nano_qwen3 5 engine.py --model "$QWEN3_DIR" "${ENGINE_ARGS[@]}" --workload nano-vllm \

@@ -69,6 +69,19 @@ def steps_lines(name: str, report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def quant_lines(name: str, report: dict[str, Any]) -> list[str]:
+    """``ops/bench/quant_gpu.py``: µs a projection, bf16 / FP8 _scaled_mm / 8-bit kernel."""
+    lines = [f"{name}: us a call, bf16 / scaled_mm / int8 default (best tile) / e4m3 default"]
+    for r in report["results"]:
+        mm = f"{r['scaled_mm_us']:.1f}" if "scaled_mm_us" in r else "-"
+        lines.append(
+            f"  {r['shape']:>8} {r['rows']:>4}: {r['bf16_us']:.1f} / {mm} / "
+            f"{r['int8_us'][r['default']]:.1f} ({r['best_us']:.1f} {r['best']}) / "
+            f"{r['e4m3_default_us']:.1f}"
+        )
+    return lines
+
+
 def summarize(out_dir: Path) -> list[str]:
     lines = []
     for path in sorted(out_dir.glob("*.json")):
@@ -81,6 +94,8 @@ def summarize(out_dir: Path) -> list[str]:
             lines += engine_lines(path.stem, report)
         elif isinstance(report, dict) and "batches" in report:
             lines += steps_lines(path.stem, report)
+        elif isinstance(report, dict) and "results" in report:
+            lines += quant_lines(path.stem, report)
         elif isinstance(report, dict) and "copy_gbps" in report:
             lines.append(f"{path.stem}: kernels.py grid, copy {report['copy_gbps']:.0f} GB/s")
         else:

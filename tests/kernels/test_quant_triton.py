@@ -16,7 +16,7 @@ from paged_cases import DEVICE
 
 from kernels import quant_reference as qr
 from kernels import triton_quant as tq
-from worker.models.quant_cuda import TRITON_MAX_ROWS, Int8Linear
+from worker.models.quant_cuda import Int8Linear
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -35,8 +35,10 @@ def test_int8_linear_matches_reference(m: int, k: int, n: int, dtype: torch.dtyp
 
 def test_int8_linear_rejects_bad_arguments() -> None:
     q, scale = qr.quantize_int8(torch.randn(8, 16))
-    with pytest.raises(ValueError, match="q must be contiguous int8"):
+    with pytest.raises(ValueError, match=r"q must be \(N, 12\)"):
         tq.int8_linear(torch.zeros(2, 12), q, scale)
+    with pytest.raises(ValueError, match="q must be contiguous int8"):
+        tq.int8_linear(torch.zeros(2, 16), q.float(), scale)
     with pytest.raises(ValueError, match="scale must be float32"):
         tq.int8_linear(torch.zeros(2, 16), q, scale.double())
     with pytest.raises(ValueError, match="bias must hold 8"):
@@ -64,10 +66,30 @@ def test_fp8_linear_matches_its_emulation(m: int, k: int, n: int) -> None:
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
 
 
-@pytest.mark.parametrize("rows", [1, 5, TRITON_MAX_ROWS, TRITON_MAX_ROWS + 3])
+@pytest.mark.parametrize("code", [torch.int8, tq.FP8], ids=["int8", "e4m3"])
+@pytest.mark.parametrize(
+    "rows", sorted({1, 3} | {r for limit, _ in tq.TILES[:-1] for r in (limit, limit + 1)})
+)
+def test_w8_linear_on_every_tile_shape(rows: int, code: torch.dtype) -> None:
+    """`w8_linear` at the rows on either side of each `TILES` boundary (each tile shape), N and
+    K not multiples of any tile, bf16 activations: the dequantized weight's float32 product,
+    to bf16's rounding."""
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(77, 600, generator=gen)
+    q, scale = qr.quantize_int8(w) if code == torch.int8 else tq.quantize_fp8(w)
+    x = torch.randn(rows, 600, generator=gen).bfloat16()
+    bias = torch.randn(77, generator=gen)
+    want = x.float() @ (q.float() * scale[:, None]).T + bias
+    got = tq.w8_linear(*(t.to(DEVICE) for t in (x, q, scale, bias))).cpu()
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("rows", [1, 5, tq.WEIGHT_ONLY_MAX_ROWS + 3])
 def test_int8_module_matches_the_reference_on_both_paths(rows: int) -> None:
-    """`Int8Linear` (CUDA's ``--quantization int8``): the Triton kernel up to TRITON_MAX_ROWS
-    rows, the widened weight's GEMM beyond; either gives the int8 reference's values."""
+    """`Int8Linear` (CUDA's ``--quantization int8``): the Triton kernel up to
+    WEIGHT_ONLY_MAX_ROWS rows, the widened weight's GEMM beyond; either gives the int8
+    reference's values."""
     gen = torch.Generator().manual_seed(rows)
     linear = torch.nn.Linear(96, 40, bias=True)
     with torch.no_grad():
@@ -95,4 +117,5 @@ def test_int8_kernel_compiles_for_sm90() -> None:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "2 kernels compiled for sm_90" in done.stdout  # decode and prefill rows, +- bias
+    # 2 code formats x 3 tile classes (the largest with a bias), bf16 activations
+    assert "6 kernels compiled for sm_90" in done.stdout

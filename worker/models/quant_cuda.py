@@ -2,10 +2,10 @@
 bf16 streams two, through kernels/triton_quant.py's Triton GEMM.
 
 A decode step's projections are bound by reading their weights (Llama-3.2-1B: 2.15 GB of bf16
-a step, against 0.5 ms of the H200's ~4.1 TB/s), so halving the bytes is the point at few rows.
-The Triton kernel's 16-row tiles read the int8 weight once per 16 rows (from L2 after the
-first), so past `TRITON_MAX_ROWS` rows (prefill chunks, the largest decode batches) a call
-widens the weight to the activations' dtype, transiently, and runs the dense GEMM instead.
+a step, 0.73 ms at an H100's measured 2.96 TB/s), so halving the bytes is the point at few rows.
+Up to `WEIGHT_ONLY_MAX_ROWS` rows (every CUDA graph size) a call takes the Triton kernel, whose
+tiles grow with the rows; beyond (prefill chunks) it widens the weight to the activations'
+dtype, transiently, for cuBLAS: arithmetic sets the time there.
 
 The LM head stays float, as FP8 checkpoints keep theirs (quant_fp8.py): its table is also the
 embedding's where tied, and the last layer's logits are the ones a quantization error reaches
@@ -18,11 +18,8 @@ import torch
 from torch import nn
 
 from kernels import quant_reference as qr
+from kernels.triton_quant import WEIGHT_ONLY_MAX_ROWS, w8_linear
 
-# Rows up to which a call takes the Triton kernel: every CUDA graph size through 64 (decode
-# batches); beyond, the widened weight's dense GEMM. A first guess from the tile arithmetic
-# above, to be measured on a GPU (ops/bench/gpu_steps.py --quantization int8).
-TRITON_MAX_ROWS = 64
 KEEP_FLOAT = ("lm_head",)  # module names whose weights stay float
 
 
@@ -49,11 +46,9 @@ class Int8Linear(nn.Module):
         return cls(q.to(device), scale.to(device), linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from kernels.triton_quant import int8_linear
-
         x2 = x.reshape(-1, self.in_features)
-        if x2.shape[0] <= TRITON_MAX_ROWS:
-            out = int8_linear(x2.contiguous(), self.q, self.scale, self.bias)
+        if x2.shape[0] <= WEIGHT_ONLY_MAX_ROWS:
+            out = w8_linear(x2.contiguous(), self.q, self.scale, self.bias)
         else:
             weight = self.q.to(x.dtype) * self.scale.to(x.dtype)[:, None]
             out = nn.functional.linear(x2, weight, self.bias)

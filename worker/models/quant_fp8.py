@@ -9,8 +9,8 @@ is repeated over the tensor's rows, so fused q/k/v and gate/up, whose parts carr
 scales, become one per-channel weight. Then, by device:
 
 - CUDA with row-wise ``_scaled_mm`` (sm_89+) and ``--quantization auto``: each such projection
-  becomes an `Fp8Linear` (kernels/triton_quant.py's `fp8_linear`: activations to e4m3 per row)
-  holding only the codes and scales; the float copy is dropped.
+  becomes an `Fp8Linear` holding only the codes and scales (the float copy is dropped): decode
+  steps widen the codes in a Triton kernel, prefill chunks run ``_scaled_mm``.
 - The CPU, older GPUs, or ``--quantization none``: the dequantized weights stay, in the model's
   dtype (on the CPU float32, exact: e4m3 times a float32 scale). We dequantize rather than
   refuse: the CPU has no FP8 arithmetic and ``int8`` can be made from these floats like any.
@@ -175,8 +175,9 @@ def swap_fp8(
 
 
 class Fp8Linear(nn.Module):
-    """``y = x @ (scale[:, None] * W).T + b`` with ``W`` e4m3 codes ``(N, K)``, through
-    ``torch._scaled_mm`` (kernels/triton_quant.py's `fp8_linear`), in ``x``'s dtype."""
+    """``y = x @ (scale[:, None] * W).T + b`` with ``W`` e4m3 codes ``(N, K)``, in ``x``'s
+    dtype: kernels/triton_quant.py's weight-only `w8_linear` up to ``WEIGHT_ONLY_MAX_ROWS``
+    rows, ``torch._scaled_mm`` (`fp8_linear`, activations to e4m3 per row) beyond."""
 
     weight: torch.Tensor
     scale: torch.Tensor
@@ -193,10 +194,13 @@ class Fp8Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from kernels.triton_quant import fp8_linear
+        from kernels.triton_quant import WEIGHT_ONLY_MAX_ROWS, fp8_linear, w8_linear
 
         x2 = x.reshape(-1, self.in_features).contiguous()
-        out = fp8_linear(x2, self.weight, self.scale, self.bias)
+        if x2.shape[0] <= WEIGHT_ONLY_MAX_ROWS:  # decode steps: the weight's bytes decide
+            out = w8_linear(x2, self.weight, self.scale, self.bias)
+        else:
+            out = fp8_linear(x2, self.weight, self.scale, self.bias)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
