@@ -49,15 +49,19 @@ class Tiles:
     num_stages: int = 3
 
 
-# Launch shapes by the most rows they serve (tl.dot's smallest tile side is 16). A decode step of
-# few rows reads each weight once: narrow tiles along N (many programs: Llama-3.2-1B's 2048-row
-# projections make 128 of them, about one per H100 SM) with long K steps (8 KiB of codes a
-# stage). More rows reuse each weight tile across BLOCK_M of them, so the tiles grow toward a
-# GEMM's. First guesses; ops/bench/quant_gpu.py times these against alternatives on a GPU.
+# Launch shapes by the most rows they serve (tl.dot's smallest tile side is 16), each the one
+# with the least time summed over Llama-3.2-1B's four projections on an H100 (ops/bench/
+# quant_gpu.py, 13 candidates, 2026-12-06; docs/bench/h200/2026-12-06-h100-quant/), in µs a layer
+# against bf16's cuBLAS: 45.2 / 53.4 at 1 row, 44.9 / 55.2 at 16, 52.4 / 55.7 at 32, 72.4 / 57.6
+# at 64, 103.6 / 60.6 at 128, 142.7 / 68.2 at 256, 213.0 / 103.8 at 512. So 8-bit weights pay
+# up to 32 rows; past 64 these tiles lose to bf16 (a better GEMM is open work). The other ways
+# do no better there: widening the whole weight per call (int8: a 256-row step 8.71 ms against
+# bf16's 3.24, the lease's first call) or FP8's _scaled_mm (134-164 µs at 64-256 rows, 216 at 512).
 TILES: tuple[tuple[int, Tiles], ...] = (
-    (16, Tiles(16, 16, 512)),
+    (32, Tiles(16, 32, 512)),
     (64, Tiles(32, 32, 256)),
-    (1 << 30, Tiles(64, 64, 128, num_warps=4, num_stages=3)),
+    (256, Tiles(64, 64, 128)),
+    (1 << 30, Tiles(64, 128, 64)),
 )
 
 

@@ -171,7 +171,7 @@ quant_parts() {
         --quantization int8 "${STEPS_ARGS[@]}" --batch-sizes $QUANT_BATCHES \
         --kv-cache-bytes $KV_MIX --out "$OUT/steps_llama_int8.json"
     section "8-bit weights, one projection at a time (quant_gpu.py)"
-    part 90 quant_gpu 40 quant_gpu.py ${SMOKE:+--smoke --rows 1,17} --out "$OUT/quant_gpu.json"
+    part 90 quant_gpu 40 quant_gpu.py ${SMOKE:+--smoke --rows 1,33} --out "$OUT/quant_gpu.json"
 }
 QUANT_BATCHES=1,32,256
 [ -n "${SMOKE:-}" ] && QUANT_BATCHES=1,3

@@ -192,11 +192,11 @@ def test_quant_gpu_reports_each_tile_and_the_digest_reads_it(tmp_path: Path) -> 
     """``quant_gpu.py --smoke`` (the interpreter, tiny shape): every candidate and the default
     tile timed at each row count, the best named, and gpu_summary.py's digest lists it."""
     quant_gpu = load_script("quant_gpu")
-    report = quant_gpu.main(["--smoke", "--rows", "1,17", "--out", str(tmp_path / "q.json")])
-    assert [r["rows"] for r in report["results"]] == [1, 17]
+    report = quant_gpu.main(["--smoke", "--rows", "1,33", "--out", str(tmp_path / "q.json")])
+    assert [r["rows"] for r in report["results"]] == [1, 33]
     for r in report["results"]:
         assert r["default"] in r["int8_us"] and r["best"] in r["int8_us"]
         assert r["best_us"] == min(r["int8_us"].values()) > 0 and r["e4m3_default_us"] > 0
-    assert report["results"][0]["default"] != report["results"][1]["default"]  # 1 vs 17 rows
+    assert report["results"][0]["default"] != report["results"][1]["default"]  # 1 vs 33 rows
     digest = load_script("gpu_summary").summarize(tmp_path)
     assert digest[0].startswith("q: us a call") and len(digest) == 3
