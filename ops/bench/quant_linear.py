@@ -7,7 +7,7 @@ The weights are the bundled SmolLM2-135M's own 210 Q4_1 projections (30 layers x
 gate, up, down), run in layer order so they stream from DRAM each round as in a step. Systems:
 ``fp32_onednn`` (their dequantized fp32, oneDNN-packed: today's path past 8 rows), ``fp32_skinny``
 (the same through `skinny_linear`), ``q4_1`` (`gguf_linear` on the file's blocks), ``q4_1_deq``
-(`gguf_dequantize` of each weight, then `F.linear`: the engine's many-row path),
+(`gguf_dequantize` of each weight, then `dense_linear`: the engine's many-row path),
 ``q4_1_deq_onednn`` (the same, reordered for oneDNN each call: that path until 2026-12-05,
 slower on every machine since), ``q8_0`` and ``int8``
 (the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`), ``q4_1_a8`` and
@@ -33,14 +33,13 @@ from typing import Any, NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
-import torch.nn.functional as F
 
 from kernels import cpu_ops
 from kernels import quant_reference as qr
 from ops.bench.common import write_report
 from worker.models.cpu_linear import PackedLinear
 from worker.models.loader import bundled_model_path
-from worker.models.quant import ACTIVATIONS, QuantWeight
+from worker.models.quant import ACTIVATIONS, QuantWeight, dense_linear
 
 Layer = Callable[[torch.Tensor], torch.Tensor]
 
@@ -125,7 +124,7 @@ def systems(
         return lambda x: ops.skinny_linear(x, f)
 
     def deq_fn(b: torch.Tensor) -> Layer:
-        return lambda x: F.linear(x, ops.gguf_dequantize(b, 3))
+        return lambda x: dense_linear(x, ops.gguf_dequantize(b, 3), None)
 
     def deq_onednn_fn(b: torch.Tensor) -> Layer:
         def run(x: torch.Tensor) -> torch.Tensor:
