@@ -158,6 +158,12 @@ timeout 30 python3 ops/bench/random_model.py --shape $LLAMA_SHAPE --tokenizer "$
     --tokenizer "$TOKENIZER" --out "$QWEN3_DIR" --device $DEVICE --dtype $WEIGHT_DTYPE 2>&1 \
     | grep -v "shards"
 
+# digest: every JSON report in $OUT summarised (the tool returns only the tail), and the time.
+digest() {
+    section "digest"
+    timeout 5 python3 ops/bench/gpu_summary.py "$OUT" | tee "$OUT/summary.txt"
+    echo "gpu_check.sh done in ${SECONDS}s"
+}
 # quant_parts: FP8's and int8's decode steps on Llama-3.2-1B's shape, and each projection's
 # 8-bit kernel at its tile shapes against bf16's and FP8's GEMMs (issue 23).
 quant_parts() {
@@ -181,9 +187,7 @@ if [ -n "${QUANT:-}" ]; then  # QUANT=1: bf16's steps at the same batches, then 
         "${STEPS_ARGS[@]}" --batch-sizes $QUANT_BATCHES --kv-cache-bytes $KV_MIX \
         --out "$OUT/steps_llama.json"
     quant_parts
-    section "digest"
-    timeout 5 python3 ops/bench/gpu_summary.py "$OUT" | tee "$OUT/summary.txt"
-    echo "gpu_check.sh done in ${SECONDS}s"
+    digest
     exit 0
 fi
 
@@ -237,6 +241,4 @@ if [ $DEVICE = cuda ] && full; then
     tail -5 "$OUT/kernel_sweep.log"
 fi
 
-section "digest"
-timeout 5 python3 ops/bench/gpu_summary.py "$OUT" | tee "$OUT/summary.txt"
-echo "gpu_check.sh done in ${SECONDS}s"
+digest

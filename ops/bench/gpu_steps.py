@@ -167,12 +167,10 @@ def count_modules(model: torch.nn.Module, type_name: str) -> int:
 
 
 def resident_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters, buffers and the CPU's quantized weights (`QuantWeight`,
-    a plain object), each storage once (a tied head is its embedding's table)."""
+    """Bytes of the model's parameters and buffers (quantized weights' codes and scales are
+    buffers), each storage once (a tied head is its embedding's table)."""
     seen: dict[int, int] = {}
-    quant = [m.qweight for m in model.modules() if hasattr(m, "qweight")]
-    held = [t for w in quant for t in (w.data, w.scale) if t is not None]
-    for t in (*model.parameters(), *model.buffers(), *held):
+    for t in (*model.parameters(), *model.buffers()):
         storage = t.untyped_storage()
         seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())

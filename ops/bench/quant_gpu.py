@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 if not torch.cuda.is_available():  # the smoke run: Triton kernels under the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from kernels import quant_reference as qr
 from kernels import triton_quant as tq
 
 # (name, N, K) of Llama-3.2-1B: hidden 2048, 32 q and 8 KV heads of 64, MLP 8192.
@@ -89,7 +90,7 @@ def run_shape(
 ) -> list[dict[str, Any]]:
     gen = torch.Generator().manual_seed(n + k)
     w = torch.randn(n, k, generator=gen) / k**0.5
-    q8, s8 = (t.to(device) for t in tq_int8(w))
+    q8, s8 = (t.to(device) for t in qr.quantize_int8(w))
     f8, sf = (t.to(device) for t in tq.quantize_fp8(w))
     copies = max(1, min(64, -(-L2_PASS_BYTES // (n * k))))
     ints = [(q8.clone(), s8) for _ in range(copies)]
@@ -118,12 +119,6 @@ def run_shape(
         print(line(row), flush=True)
         results.append(row)
     return results
-
-
-def tq_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from kernels import quant_reference as qr
-
-    return qr.quantize_int8(w)
 
 
 def tile_name(t: tq.Tiles) -> str:

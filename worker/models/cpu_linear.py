@@ -24,6 +24,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from worker.models.module_walk import named_linears
+
 LinearBackend = Literal["auto", "torch", "onednn"]
 
 # Rows up to which `skinny_linear` beats oneDNN's packed GEMM. `python ops/bench/cpu_linear.py`
@@ -99,9 +101,8 @@ def pack_linears(
         return 0
     linears = [
         (parent, name, child)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-        if type(child) is nn.Linear and child.weight.device.type == "cpu"
+        for parent, name, child in named_linears(model).values()
+        if child.weight.device.type == "cpu"
     ]
     if not linears:
         return 0

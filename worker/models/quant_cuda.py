@@ -19,6 +19,7 @@ from torch import nn
 
 from kernels import quant_reference as qr
 from kernels.triton_quant import WEIGHT_ONLY_MAX_ROWS, w8_linear
+from worker.models.module_walk import named_linears
 
 KEEP_FLOAT = ("lm_head",)  # module names whose weights stay float
 
@@ -64,10 +65,8 @@ class Int8Linear(nn.Module):
 def to_int8(model: nn.Module) -> int:
     """Swap every `nn.Linear` of ``model`` but `KEEP_FLOAT`'s for an `Int8Linear`; how many."""
     swapped = 0
-    for parent_name, parent in list(model.named_modules()):
-        for name, child in list(parent.named_children()):
-            full = f"{parent_name}.{name}".lstrip(".")
-            if type(child) is nn.Linear and full not in KEEP_FLOAT:
-                setattr(parent, name, Int8Linear.of(child))
-                swapped += 1
+    for name, (parent, attr, linear) in named_linears(model).items():
+        if name not in KEEP_FLOAT:
+            setattr(parent, attr, Int8Linear.of(linear))
+            swapped += 1
     return swapped

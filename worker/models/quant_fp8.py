@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from worker.models.base import WeightTarget
+from worker.models.module_walk import named_linears
 
 log = logging.getLogger(__name__)
 FP8 = torch.float8_e4m3fn
@@ -163,14 +164,11 @@ def swap_fp8(
 ) -> int:
     """Replace each `nn.Linear` whose ``<name>.weight`` is in ``weights`` by an `Fp8Linear`."""
     swapped = 0
-    for parent_name, parent in list(model.named_modules()):
-        for name, child in list(parent.named_children()):
-            key = f"{parent_name}.{name}.weight".lstrip(".")
-            if type(child) is nn.Linear and key in weights:
-                codes, scale = weights[key]
-                linear = Fp8Linear(codes.to(device), scale.to(device), child.bias)
-                setattr(parent, name, linear)
-                swapped += 1
+    for name, (parent, attr, child) in named_linears(model).items():
+        if f"{name}.weight" in weights:
+            codes, scale = weights[f"{name}.weight"]
+            setattr(parent, attr, Fp8Linear(codes.to(device), scale.to(device), child.bias))
+            swapped += 1
     return swapped
 
 

@@ -28,6 +28,7 @@ from torch import nn
 from kernels import quant_reference as qr
 from worker.models.base import CausalLM
 from worker.models.config import ModelConfig
+from worker.models.module_walk import named_linears
 from worker.models.quant import QuantEmbedding, QuantLinear, QuantWeight, attach
 from worker.models.quant_gguf import GGUFTensor, read_tensors
 
@@ -94,16 +95,6 @@ def _quantize(
     return mode
 
 
-def _linears(model: nn.Module) -> dict[str, tuple[nn.Module, str, nn.Linear]]:
-    """Every `nn.Linear` by qualified name, with its parent and attribute name."""
-    found = {}
-    for parent_name, parent in model.named_modules():
-        for name, child in parent.named_children():
-            if type(child) is nn.Linear:
-                found[f"{parent_name}.{name}".lstrip(".")] = (parent, name, child)
-    return found
-
-
 def _embedding(model: nn.Module) -> nn.Embedding:
     embed = getattr(model, "embed_tokens", None)
     if not isinstance(embed, nn.Embedding):
@@ -124,14 +115,14 @@ def replace_weights(model: nn.Module, weights: dict[str, QuantWeight]) -> None:
         model.embed_tokens = QuantEmbedding(weights["embed_tokens"], embed.weight.dtype)
         if tied:
             weights.setdefault("lm_head", weights["embed_tokens"])
-    for name, (parent, attr, linear) in _linears(model).items():
+    for name, (parent, attr, linear) in named_linears(model).items():
         if name in weights:
             setattr(parent, attr, QuantLinear(weights[name], linear.bias))
 
 
 def _to_int8(model: CausalLM) -> None:
     weights = {}
-    for name, (_, _, linear) in _linears(model).items():
+    for name, (_, _, linear) in named_linears(model).items():
         q, scale = qr.quantize_int8(linear.weight)
         weights[name] = QuantWeight(q, None, scale)
     if _is_tied(model):  # tied: the head's per-row int8 is the table's too
@@ -142,7 +133,7 @@ def _to_int8(model: CausalLM) -> None:
 def _to_gguf(model: CausalLM, gguf_file: Path, dequantize: Dequantize) -> int:
     """Swap every projection the file holds in a block format; how many were swapped."""
     tensors = read_tensors(gguf_file)
-    floats = {name: linear.weight for name, (_, _, linear) in _linears(model).items()}
+    floats = {name: linear.weight for name, (_, _, linear) in named_linears(model).items()}
     floats["embed_tokens"] = _embedding(model).weight
     c = model.config
     heads = {"attn_q": c.num_q_heads, "attn_k": c.num_kv_heads}
