@@ -15,6 +15,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     const auto nogil = py::call_guard<py::gil_scoped_release>();
     m.def("paged_decode_attention", &paged_decode_attention,
           "Paged decode attention of one query per sequence into out (float32)", nogil);
+    m.def("paged_prefill_attention", &paged_prefill_attention,
+          "Causal paged attention of prefill chunks into out (float32 cache); false if this "
+          "build has no vector path",
+          nogil);
     m.def("write_kv", &write_kv, "Write key/value rows into the paged caches at slot_mapping",
           nogil);
     m.def("rotary_", &rotary_, "Rotate-half rotary embedding of x (tokens, heads, D) in place",

@@ -20,6 +20,12 @@ namespace paternoster {
 void paged_decode_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache,
                             const at::Tensor& v_cache, const at::Tensor& block_tables,
                             const at::Tensor& seq_lens, double scale);
+// cpu_prefill_attention.cpp: false where this build has no AVX-512 or the head size is not a
+// multiple of 16 (the caller keeps SDPA)
+bool paged_prefill_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache,
+                             const at::Tensor& v_cache, const at::Tensor& block_tables,
+                             const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
+                             double scale);
 void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor k_cache,
               at::Tensor v_cache, const at::Tensor& slot_mapping);
 

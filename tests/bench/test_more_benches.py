@@ -63,7 +63,8 @@ def test_cpu_kernels_bench_tiny(tmp_path: Path) -> None:
 
 def test_prefill_attention_bench_tiny(tmp_path: Path) -> None:
     """`prefill_attention.py` checks the reference against the explicit mask before timing,
-    for fresh and continued chunks, and reports both times and their ratio."""
+    for fresh and continued chunks, and reports both times and their ratio; in float32 also
+    our C++ kernel's time and its error against the reference."""
     bench = load("prefill_attention")
     out = tmp_path / "prefill_attention.json"
     args = ["--chunks", "40x40", "50x17", "--dtypes", "float32", "bfloat16", "--repeats", "1"]
@@ -74,6 +75,11 @@ def test_prefill_attention_bench_tiny(tmp_path: Path) -> None:
     }
     for r in report["chunks"].values():
         assert r["masked_over_reference"] == r["masked_ms"] / r["reference_ms"] > 0
+    for chunk in ("40x40", "50x17"):
+        r = report["chunks"][f"{chunk}/float32"]
+        assert r["reference_over_kernel"] == r["reference_ms"] / r["kernel_ms"] > 0
+        assert 0 <= r["kernel_rel_err"] < 1e-5
+        assert "kernel_ms" not in report["chunks"][f"{chunk}/bfloat16"]
 
 
 def test_cpu_linear_bench_tiny(tmp_path: Path) -> None:

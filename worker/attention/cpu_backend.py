@@ -13,23 +13,28 @@ from worker.attention.torch_backend import TorchAttentionBackend
 from worker.models.cpu_kernels import KERNEL_CACHE_DTYPES, use_cpu_kernels
 from worker.models.cpu_linear import LinearBackend, pack_linears
 from worker.models.decode_stack import install_decode_stack
-from worker.models.quant import bf16_gemm_supported
+from worker.models.quant import amx_supported
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
     """Decodes read K/V where they lie (`kernels/cpu_paged_attention.cpp`), no gathered copy.
 
     On the 32-request peers workload (SmolLM2-135M, fp32, 2 cores) decode attention took
-    9.9 s of a 41 s run through the torch backend's gather and batched matmuls. Prefill chunks
-    keep SDPA, whose blocked kernels beat a per-query loop once a chunk has many queries.
-    Queries in float32 over a float32 or bf16 cache (`CacheConfig.dtype`) take the kernels;
-    other dtypes fall back to the torch path.
+    9.9 s of a 41 s run through the torch backend's gather and batched matmuls. Queries in
+    float32 over a float32 or bf16 cache (`CacheConfig.dtype`) take the kernels; other dtypes
+    fall back to the torch path.
 
-    Over a bf16 cache, prefill chunks attend in bf16 (q and the probabilities rounded, as
-    llama.cpp's f16 cache does) where the CPU has bf16 arithmetic: SDPA of a 512-token chunk
-    over 1,024 tokens of context (SmolLM2's heads, 1 thread, AMX Xeon) took 4.6 ms in bf16
-    against 11.7 in float32, with the output 0.4% off (relative norm). Decodes, bound by the
-    bytes they read rather than their arithmetic, widen the cache to float32 instead.
+    Prefill chunks take `kernels/cpu_prefill_attention.cpp` too, in float32 over either cache
+    dtype: SDPA's CPU flash kernel multiplies its tiles through MKL, which on AMD runs without
+    AVX-512; a 512-token chunk over 1,536 tokens (SmolLM2's heads, 2 threads, Zen 5) took
+    13.9-18.0 ms a layer in float32 and 11.9 in bf16 there, against 6.0 in the kernel
+    (`ops/bench/prefill_attention.py`).
+
+    Where the CPU has AMX tiles, chunks over a bf16 cache keep SDPA in bf16 instead (q and the
+    probabilities rounded, as llama.cpp's f16 cache does): a 512-token chunk over 1,024 tokens
+    (1 thread, AMX Xeon, 2026-12-05) took 4.6 ms in bf16 against 11.7 in float32, with the
+    output 0.4% off (relative norm). The kernel has not been timed on AMX. Decodes, bound by
+    the bytes they read rather than their arithmetic, widen the cache to float32 everywhere.
     """
 
     name = "cpu"
@@ -37,7 +42,7 @@ class CpuAttentionBackend(TorchAttentionBackend):
     def __init__(self, ops: ModuleType) -> None:
         super().__init__()
         self.ops = ops  # also the model's fused layer kernels (`install_kernels`)
-        self.bf16_prefill = bf16_gemm_supported()  # AVX-512 BF16 or AMX: oneDNN's check
+        self.bf16_prefill = amx_supported()  # bf16 SDPA for chunks over a bf16 cache
 
     def install_kernels(self, model: nn.Module, linear_backend: LinearBackend) -> KernelCounts:
         """The C++ layer kernels come from the same build as the attention kernels: few-row
@@ -59,6 +64,27 @@ class CpuAttentionBackend(TorchAttentionBackend):
         # The kernel refuses slot -1: leave padding rows out.
         key, value, slots = meta.real_rows(key, value, meta.slot_mapping)
         self.ops.write_kv(key, value, kv.k_cache, kv.v_cache, slots)
+
+    def prefill(
+        self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
+    ) -> None:
+        if self.prefill_dtype(kv) is None and kv.k_cache.dtype in KERNEL_CACHE_DTYPES and (
+            _float_rows(q, out)
+        ):
+            # False where the build has no vector path for this head size: SDPA then.
+            ran = self.ops.paged_prefill_attention(
+                out,
+                q,
+                kv.k_cache,
+                kv.v_cache,
+                meta.block_tables,
+                meta.seq_lens,
+                meta.query_start_loc,
+                scale,
+            )
+            if ran:
+                return
+        super().prefill(q, kv, meta, scale, out)
 
     def prefill_dtype(self, kv: KVCache) -> torch.dtype | None:
         bf16 = self.bf16_prefill and kv.k_cache.dtype == torch.bfloat16
