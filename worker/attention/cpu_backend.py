@@ -68,10 +68,9 @@ class CpuAttentionBackend(TorchAttentionBackend):
     def prefill(
         self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
-        if self.prefill_dtype(kv) is None and kv.k_cache.dtype in KERNEL_CACHE_DTYPES and (
-            _float_rows(q, out)
-        ):
-            # False where the build has no vector path for this head size: SDPA then.
+        kernel_dtypes = kv.k_cache.dtype in KERNEL_CACHE_DTYPES and _float_rows(q, out)
+        if kernel_dtypes and self.prefill_dtype(kv) is None:
+            # False on a build without AVX-512, or a head size not a multiple of 16: SDPA then.
             ran = self.ops.paged_prefill_attention(
                 out,
                 q,
