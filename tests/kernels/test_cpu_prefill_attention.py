@@ -94,6 +94,21 @@ def test_long_chunks_on_any_number_of_threads(ops, threads: int) -> None:  # typ
     assert error < TOLERANCE[torch.float32]
 
 
+def test_query_rows_may_be_strided(ops) -> None:  # type: ignore[no-untyped-def]
+    """q as the engine hands it over, a view into the fused qkv projection (rows 15 heads
+    apart), and ``out`` with strided rows as well."""
+    gen = torch.Generator().manual_seed(8)
+    kv = make_paged_kv([90, 40], 3, 64, 16, torch.float32, gen)
+    qkv = torch.randn(60 + 40, 9 + 2 * 3, 64, generator=gen)
+    q = qkv[:, :9]
+    starts = query_start_loc([60, 40])
+    args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, starts, 0.125)
+    out = torch.full((100, 12, 64), float("nan"))[:, :9]
+    assert ops.paged_prefill_attention(out, q, *args)
+    ref = reference.paged_prefill_attention(q.contiguous(), *args)
+    assert rel_err(out, ref) < TOLERANCE[torch.float32]
+
+
 def test_a_step_without_queries_writes_nothing(ops) -> None:  # type: ignore[no-untyped-def]
     gen = torch.Generator().manual_seed(3)
     kv = make_paged_kv([20], 1, 64, 16, torch.float32, gen)
