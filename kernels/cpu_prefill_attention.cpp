@@ -4,10 +4,10 @@
 // Why: the `cpu` backend ran prefill chunks through torch's SDPA (kernels/reference.py), whose
 // flash kernel multiplies its tiles with the BLAS torch links, MKL; on AMD CPUs MKL's sgemm runs
 // without AVX-512. On a 2-core Zen 5 a 512-token chunk over 1,536 tokens of context took
-// 13.9-18.0 ms a layer there (about 100 GFLOP/s), and the 64-request mix spent 6.8-7.6 s of a
-// 26-34 s run in prefill attention. Here both products are register-blocked FMA loops
-// (cpu_prefill_vec.h): K is first transposed per (sequence, KV head) into float32 panels, V is
-// read in place. The same chunk: 6.0 ms.
+// 12.4 ms a layer there (about 120 GFLOP/s; 15.5 in bf16), and the 64-request mix spent
+// 6.8-7.6 s of a 26-34 s run in prefill attention. Here both products are register-blocked FMA
+// loops (cpu_prefill_vec.h): K is first transposed per (sequence, KV head) into float32 panels,
+// V is read in place. The same chunk: 6.6 ms (ops/bench/prefill_attention.py; BENCHMARKS.md).
 // Queries of the G heads over one KV head share its K panel and V rows: a task is a sequence,
 // a KV head and a tile of `kTileTokens` tokens (G x tokens rows), costliest first.
 //

@@ -27,7 +27,7 @@ class CpuAttentionBackend(TorchAttentionBackend):
     Prefill chunks take `kernels/cpu_prefill_attention.cpp` too, in float32 over either cache
     dtype: SDPA's CPU flash kernel multiplies its tiles through MKL, which on AMD runs without
     AVX-512; a 512-token chunk over 1,536 tokens (SmolLM2's heads, 2 threads, Zen 5) took
-    13.9-18.0 ms a layer in float32 and 11.9 in bf16 there, against 6.0 in the kernel
+    12.4 ms a layer in float32 and 15.5 in bf16 there, against 6.6 in the kernel
     (`ops/bench/prefill_attention.py`).
 
     Where the CPU has AMX tiles, chunks over a bf16 cache keep SDPA in bf16 instead (q and the
