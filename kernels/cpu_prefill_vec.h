@@ -5,9 +5,9 @@
 //   output  o += p V over V rows read in place from their blocks: per key, 4 vectors of the
 //           head loaded once for all the rows held.
 // 6 rows x 4 vectors are held: 24 of AVX-512's 32 registers. AVX2 has 16: built there with 3
-// rows (32-key chunks; -march=haswell on a Zen 5, 2 threads, 2026-12-06) it took 1.35-1.45x
-// SDPA's time from 512-token chunks (16.3 against 11.3 ms at 1,536 x 512), so AVX2 builds keep
-// SDPA and this header is empty there.
+// rows (32-key chunks; -march=haswell on a Zen 5, 2 threads, 2026-12-06) it took 1.36-1.45x
+// SDPA's time at contexts of 1,024-1,914 tokens (16.3 against 11.3 ms at 1,536 x 512) and
+// 1.01x at 512 x 512, so AVX2 builds keep SDPA and this header is empty there.
 #pragma once
 
 #include <cstdint>
