@@ -109,6 +109,31 @@ inline void check_rows(const at::Tensor& t, const char* name) {
                 name, " must have contiguous heads within each row");
 }
 
+// A K/V cache pair: float32 or bf16, both the same, contiguous, of one shape (the attention
+// kernels' layout, cpu_paged_attention.cpp's header).
+inline void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
+    const at::ScalarType dtype = k_cache.scalar_type();
+    TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16,
+                "k_cache has dtype ", dtype, ", expected Float or BFloat16");
+    check(k_cache, "k_cache", dtype, 4);
+    check(v_cache, "v_cache", dtype, 4);
+    TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
+    TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache differ in shape");
+}
+
+// The block ids a sequence of `ctx` tokens reads from its table row: a bad table would read
+// outside the cache (32 sequences x 32 blocks is ~1 us against ~1 ms of attention per layer).
+inline void check_block_ids(const int32_t* table, int64_t ctx, int64_t block_size,
+                            int64_t num_blocks) {
+    for (int64_t i = 0; i < (ctx + block_size - 1) / block_size; ++i)
+        TORCH_CHECK(table[i] >= 0 && table[i] < num_blocks, "block id ", table[i], " out of range");
+}
+
+// A cache element as float32: bf16 is float32's upper half, so widening is a 16-bit shift, which
+// `#pragma omp simd` loops vectorise (a zero-extending load and a shift per 16 values).
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) { return __builtin_bit_cast(float, static_cast<uint32_t>(x) << 16); }
+
 // exp(x) for float, written so that `#pragma omp simd` loops vectorise it (std::exp does not
 // without -ffast-math, which would also loosen the rest of the code). Cephes' expf: x = n ln2 + r
 // with |r| <= ln2/2, a degree-6 polynomial for exp(r), 2^n built in the exponent bits. Relative

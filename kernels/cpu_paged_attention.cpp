@@ -31,11 +31,6 @@
 namespace paternoster {
 namespace {
 
-// A cache element as float32: bf16 is float32's upper half, so widening is a 16-bit shift, which
-// `#pragma omp simd` loops vectorise (a zero-extending load and a shift per 16 values).
-inline float widen(float x) { return x; }
-inline float widen(uint16_t x) { return __builtin_bit_cast(float, static_cast<uint32_t>(x) << 16); }
-
 // G query heads (contiguous, n floats apart) against one K row: G independent FMA chains, so the
 // adds of one head do not wait on the previous one's (a single chain left the kernel at 9 GB/s of
 // K/V on a 25 GB/s machine).
@@ -297,16 +292,6 @@ inline void store_row(c10::BFloat16* dst, const float* src, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(src[i]);
 }
 
-void check_cache(const at::Tensor& k_cache, const at::Tensor& v_cache) {
-    const at::ScalarType dtype = k_cache.scalar_type();
-    TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16,
-                "k_cache has dtype ", dtype, ", expected Float or BFloat16");
-    check(k_cache, "k_cache", dtype, 4);
-    check(v_cache, "v_cache", dtype, 4);
-    TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
-    TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "k_cache and v_cache differ in shape");
-}
-
 }  // namespace
 
 void paged_decode_attention(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache,
@@ -331,16 +316,11 @@ void paged_decode_attention(at::Tensor out, const at::Tensor& q, const at::Tenso
     const int64_t num_blocks = k_cache.size(0);
     const int32_t* tables = block_tables.data_ptr<int32_t>();
     const int32_t* lens = seq_lens.data_ptr<int32_t>();
-    // A bad table would read outside the cache: check every entry in use (32 sequences x 32
-    // blocks is ~1 us against ~1 ms of attention per layer).
     for (int64_t b = 0; b < num_seqs; ++b) {
         const int64_t ctx = lens[b];
         TORCH_CHECK(ctx >= 1 && ctx <= max_blocks * block_size, "sequence ", b, " has length ",
                     ctx, " outside its block table");
-        for (int64_t i = 0; i < (ctx + block_size - 1) / block_size; ++i) {
-            const int32_t block = tables[b * max_blocks + i];
-            TORCH_CHECK(block >= 0 && block < num_blocks, "block id ", block, " out of range");
-        }
+        check_block_ids(tables + b * max_blocks, ctx, block_size, num_blocks);
     }
     const float* q_ptr = q.data_ptr<float>();
     float* out_ptr = out.data_ptr<float>();

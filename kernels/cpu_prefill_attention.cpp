@@ -188,17 +188,10 @@ bool paged_prefill_attention(at::Tensor out, const at::Tensor& q, const at::Tens
                              double scale) {
     check_rows(q, "q");
     check_rows(out, "out");
-    TORCH_CHECK(k_cache.dim() == 4 && k_cache.device().is_cpu() &&
-                    (k_cache.scalar_type() == at::kFloat ||
-                     k_cache.scalar_type() == at::kBFloat16),
-                "k_cache must be a 4-dimensional float32 or bfloat16 CPU tensor");
-    check(v_cache, "v_cache", k_cache.scalar_type(), 4);
+    check_cache(k_cache, v_cache);
     check(block_tables, "block_tables", at::kInt, 2);
     check(seq_lens, "seq_lens", at::kInt, 1);
     check(query_start_loc, "query_start_loc", at::kInt, 1);
-    TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() &&
-                    k_cache.sizes() == v_cache.sizes(),
-                "k_cache and v_cache must be contiguous and of one shape");
     TORCH_CHECK(block_tables.stride(1) == 1 && seq_lens.is_contiguous() &&
                     query_start_loc.is_contiguous(),
                 "block_tables rows, seq_lens and query_start_loc must be contiguous");
@@ -223,11 +216,7 @@ bool paged_prefill_attention(at::Tensor out, const at::Tensor& q, const at::Tens
                     "sequence ", b, " has ", q_len, " queries for a context of ", lens[b]);
         TORCH_CHECK((lens[b] + block_size - 1) / block_size <= block_tables.size(1),
                     "sequence ", b, "'s context outruns its block table");
-        for (int64_t i = 0; i < (lens[b] + block_size - 1) / block_size; ++i) {
-            const int32_t block = tables[b * table_stride + i];
-            TORCH_CHECK(block >= 0 && block < k_cache.size(0), "block id ", block,
-                        " out of range");
-        }
+        check_block_ids(tables + b * table_stride, lens[b], block_size, k_cache.size(0));
         for (int64_t first = 0; first < q_len; first += kTileTokens) {
             const int64_t tokens = std::min(kTileTokens, q_len - first);
             for (int64_t h = 0; h < num_kv_heads; ++h)

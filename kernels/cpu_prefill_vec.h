@@ -89,12 +89,6 @@ inline void add_values_all(const float* p, const T* const* v, int64_t n, int64_t
     for (; c < hs; c += kLanes) add_values<R, 1>(p, v, n, c, hs, o);
 }
 
-// A cache element as float32 (bf16 is float32's upper half).
-inline float widen(float x) { return x; }
-inline float widen(uint16_t x) {
-    return __builtin_bit_cast(float, static_cast<uint32_t>(x) << 16);
-}
-
 #endif  // __AVX512F__
 
 }  // namespace prefill_vec
