@@ -19,6 +19,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "Causal paged attention of prefill chunks into out (float32 cache); false if this "
           "build has no vector path",
           nogil);
+    m.def("paged_prefill_attention_amx", &paged_prefill_attention_amx,
+          "Causal paged attention of prefill chunks over a bf16 cache in AMX tiles into out; "
+          "false if this build or CPU has no AMX or the head size is not 64 or 128",
+          nogil);
     m.def("write_kv", &write_kv, "Write key/value rows into the paged caches at slot_mapping",
           nogil);
     m.def("rotary_", &rotary_, "Rotate-half rotary embedding of x (tokens, heads, D) in place",

@@ -1,7 +1,8 @@
 """Builds and loads our C++ CPU kernels on first use.
 
 `cpu_paged_attention.cpp` (decode attention, K/V write), `cpu_prefill_attention.cpp` (prefill
-chunks' attention over a float32 cache), `cpu_layer_ops.cpp` (rotary, SiLU,
+chunks' attention in float32 over either cache dtype), `cpu_prefill_amx.cpp` (the same over a
+bf16 cache in AMX tiles), `cpu_layer_ops.cpp` (rotary, SiLU,
 residual + RMSNorm), `cpu_linear.cpp` (projections of few rows), `cpu_quant_linear.cpp` and
 `cpu_int8_linear.cpp` (projections of GGUF blocks and of int8 weights; `cpu_quant.h`) and
 `cpu_decode_stack.cpp` (every layer of an all-decode step in one call, over those kernels), bound
@@ -44,6 +45,7 @@ SOURCES = [
     _HERE / "cpu_bindings.cpp",
     _HERE / "cpu_paged_attention.cpp",
     _HERE / "cpu_prefill_attention.cpp",
+    _HERE / "cpu_prefill_amx.cpp",
     _HERE / "cpu_layer_ops.cpp",
     _HERE / "cpu_linear.cpp",
     _HERE / "cpu_quant_linear.cpp",

@@ -17,6 +17,7 @@
 // query_start_loc (num_seqs + 1,) int32 gives each sequence's queries, the last of its context.
 
 #include "cpu_ops.h"
+#include "cpu_prefill_tasks.h"
 #include "cpu_prefill_vec.h"
 
 #include <ATen/Parallel.h>
@@ -45,11 +46,6 @@ struct Panels {
     int64_t stride;
 };
 
-struct Task {
-    int64_t seq, head, first;  // sequence, KV head, first query token of the tile
-    int64_t tokens, keys;      // tokens in the tile; keys its last token sees
-};
-
 template <typename T>
 struct Args {
     const float* q;
@@ -69,7 +65,7 @@ struct Args {
 
 // One task: its rows' scores chunk by chunk, the softmax running, the output rescaled.
 template <typename T>
-void attend_tile(const Args<T>& a, const Task& t, std::vector<float>& work) {
+void attend_tile(const Args<T>& a, const PrefillTask& t, std::vector<float>& work) {
     const int64_t rows = t.tokens * a.group;
     const int64_t ctx = a.lens[t.seq];
     const int64_t q_len = a.starts[t.seq + 1] - a.starts[t.seq];
@@ -186,48 +182,18 @@ bool paged_prefill_attention(at::Tensor out, const at::Tensor& q, const at::Tens
                              const at::Tensor& v_cache, const at::Tensor& block_tables,
                              const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
                              double scale) {
-    check_rows(q, "q");
-    check_rows(out, "out");
-    check_cache(k_cache, v_cache);
-    check(block_tables, "block_tables", at::kInt, 2);
-    check(seq_lens, "seq_lens", at::kInt, 1);
-    check(query_start_loc, "query_start_loc", at::kInt, 1);
-    TORCH_CHECK(block_tables.stride(1) == 1 && seq_lens.is_contiguous() &&
-                    query_start_loc.is_contiguous(),
-                "block_tables rows, seq_lens and query_start_loc must be contiguous");
-    TORCH_CHECK(scale > 0, "scale must be positive, got ", scale);
+    check_prefill_args(out, q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale);
+#ifdef PATERNOSTER_PREFILL_VEC
     const int64_t num_seqs = seq_lens.size(0), hs = q.size(2);
     const int64_t num_kv_heads = k_cache.size(1);
-    TORCH_CHECK(query_start_loc.size(0) == num_seqs + 1 && block_tables.size(0) >= num_seqs,
-                "query_start_loc must have num_seqs + 1 entries, block_tables a row a sequence");
-    TORCH_CHECK(q.sizes() == out.sizes() && k_cache.size(3) == hs &&
-                    q.size(1) % num_kv_heads == 0,
-                "q and out must match, with head_size and a whole group per KV head");
-#ifdef PATERNOSTER_PREFILL_VEC
     if (hs % kLanes != 0) return false;
     const int32_t* lens = seq_lens.data_ptr<int32_t>();
     const int32_t* starts = query_start_loc.data_ptr<int32_t>();
     const int32_t* tables = block_tables.data_ptr<int32_t>();
     const int64_t table_stride = block_tables.stride(0), block_size = k_cache.size(2);
-    std::vector<Task> tasks;
-    for (int64_t b = 0; b < num_seqs; ++b) {
-        const int64_t q_len = starts[b + 1] - starts[b];
-        TORCH_CHECK(q_len >= 0 && q_len <= lens[b] && starts[b + 1] <= q.size(0),
-                    "sequence ", b, " has ", q_len, " queries for a context of ", lens[b]);
-        TORCH_CHECK((lens[b] + block_size - 1) / block_size <= block_tables.size(1),
-                    "sequence ", b, "'s context outruns its block table");
-        check_block_ids(tables + b * table_stride, lens[b], block_size, k_cache.size(0));
-        for (int64_t first = 0; first < q_len; first += kTileTokens) {
-            const int64_t tokens = std::min(kTileTokens, q_len - first);
-            for (int64_t h = 0; h < num_kv_heads; ++h)
-                tasks.push_back({b, h, first, tokens, lens[b] - q_len + first + tokens});
-        }
-    }
+    const std::vector<PrefillTask> tasks =
+        prefill_tasks(seq_lens, query_start_loc, num_kv_heads, kTileTokens);
     if (tasks.empty()) return true;
-    // Costliest first, each thread taking the next as it comes free.
-    std::sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) {
-        return x.tokens * x.keys > y.tokens * y.keys;
-    });
     std::vector<Panels> panel_of(num_seqs);
     auto run = [&](const auto* k, const auto* v) {
         using T = std::remove_const_t<std::remove_pointer_t<decltype(k)>>;

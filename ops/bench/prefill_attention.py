@@ -1,6 +1,6 @@
 """The reference prefill attention (the torch backend's prefill, and the cpu backend's over a bf16
-cache on AMX) against the same chunk under an explicit causal mask, and our C++ kernel (the cpu
-backend's prefill elsewhere), at SmolLM2-135M's heads.
+cache on AMX before `kernels/cpu_prefill_amx.cpp`) against the same chunk under an explicit
+causal mask, and our C++ kernels (the cpu backend's prefill), at SmolLM2-135M's heads.
 
     python ops/bench/prefill_attention.py --threads 2
     python ops/bench/prefill_attention.py --chunks 512x512 1024x512 --dtypes float32
@@ -11,8 +11,10 @@ gather the chunk's K/V from a paged cache and run SDPA in the compute dtype; "ma
 passes the explicit (queries x context) mask, as `kernels.reference.paged_prefill_attention`
 did for every chunk before it gave fresh prompts SDPA's own causal mask. The outputs are
 checked equal, bit for bit, then each path is timed (median of ``--repeats`` rounds), one after
-the other in one process. In float32 the kernel (`kernels/cpu_prefill_attention.cpp`) is timed
-too, after its largest per-token relative error against the reference is recorded.
+the other in one process. Our kernel is timed too, after its largest per-token relative error
+against float32 SDPA over the same cache is recorded: in float32 `cpu_prefill_attention.cpp`
+(AVX-512 builds), in bfloat16 `cpu_prefill_amx.cpp` (AMX builds). bfloat16 runs over a bf16
+cache, as the cpu backend's do (before 2026-12-06's AMX kernel, a float32 cache converted).
 """
 
 from __future__ import annotations
@@ -34,14 +36,18 @@ from ops.bench.common import median_seconds, write_report
 from worker.engine.kv_pool import DTYPES
 
 Q_HEADS, KV_HEADS, HEAD, BLOCK = 9, 3, 64, 16
+# Our kernel for each compute dtype: float32 arithmetic (AVX-512), bf16 tiles (AMX, bf16 cache).
+KERNELS = {torch.float32: "paged_prefill_attention", torch.bfloat16: "paged_prefill_attention_amx"}
 
 
-def chunk_case(ctx: int, q_len: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
+def chunk_case(
+    ctx: int, q_len: int, cache_dtype: torch.dtype
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """A one-sequence paged cache of ``ctx`` tokens, ``q_len`` queries and their start offsets."""
     from paged_cases import make_paged_kv, query_start_loc
 
     gen = torch.Generator().manual_seed(ctx * 7 + q_len)
-    kv = make_paged_kv([ctx], KV_HEADS, HEAD, BLOCK, torch.float32, gen)
+    kv = make_paged_kv([ctx], KV_HEADS, HEAD, BLOCK, cache_dtype, gen)
     q = torch.randn(q_len, Q_HEADS, HEAD, generator=gen)
     return kv, q, query_start_loc([q_len])
 
@@ -68,7 +74,9 @@ def measure(
 ) -> dict[str, float]:
     from paged_cases import rel_err
 
-    kv, q, starts = chunk_case(ctx, q_len)
+    # bf16 runs over a bf16 cache, as the cpu backend's bf16 path does; others over float32.
+    cache_dtype = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
+    kv, q, starts = chunk_case(ctx, q_len, cache_dtype)
 
     def ours() -> torch.Tensor:
         return reference.paged_prefill_attention(
@@ -81,17 +89,18 @@ def measure(
     if not torch.equal(ours(), before()):
         raise SystemExit(f"{ctx}x{q_len} {dtype}: the two paths differ")
     timed: dict[str, Callable[[], object]] = {"reference_ms": ours, "masked_ms": before}
-    ops = cpu_ops.load(arch) if dtype == torch.float32 else None
+    ops = cpu_ops.load(arch) if dtype in KERNELS else None
     errors: dict[str, float] = {}
-    if ops is not None:
-        out = torch.empty_like(q)
+    out = torch.empty_like(q)
+    args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, starts, HEAD**-0.5)
+    if ops is not None and getattr(ops, KERNELS[dtype])(out, q, *args):
 
         def kernel() -> torch.Tensor:
-            args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, starts, HEAD**-0.5)
-            ops.paged_prefill_attention(out, q, *args)
+            getattr(ops, KERNELS[dtype])(out, q, *args)
             return out
 
-        errors["kernel_rel_err"] = rel_err(kernel(), ours())
+        exact = reference.paged_prefill_attention(q, *args)  # float32 over the same cache
+        errors["kernel_rel_err"] = rel_err(kernel(), exact)
         timed["kernel_ms"] = kernel
     result = {key: median_seconds(fn, repeats) * 1e3 for key, fn in timed.items()}
     result["masked_over_reference"] = result["masked_ms"] / result["reference_ms"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -95,3 +96,29 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
         return float("inf")
     diff = (out.float() - ref.float()).flatten(1).norm(dim=1)
     return float((diff / ref.float().flatten(1).norm(dim=1).clamp_min(1e-6)).max())
+
+
+def prefill_kernel_error(
+    kernel: Callable[..., bool],
+    contexts: list[int],
+    q_lens: list[int],
+    group: int,
+    head_size: int,
+    block_size: int = 16,
+    num_kv_heads: int = 3,
+    seed: int = 0,
+    cache_dtype: torch.dtype = torch.float32,
+) -> float:
+    """A C++ prefill kernel's (``kernel(out, q, k_cache, v_cache, block_tables, seq_lens,
+    query_start_loc, scale)``) worst per-token relative error against the float32 reference on
+    one random step; the kernel must run."""
+    from kernels import reference
+
+    gen = torch.Generator().manual_seed(seed)
+    kv = make_paged_kv(contexts, num_kv_heads, head_size, block_size, cache_dtype, gen)
+    q = torch.randn(sum(q_lens), num_kv_heads * group, head_size, generator=gen)
+    args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, query_start_loc(q_lens))
+    scale = head_size**-0.5
+    out = torch.full_like(q, float("nan"))
+    assert kernel(out, q, *args, scale)
+    return rel_err(out, reference.paged_prefill_attention(q, *args, scale))

@@ -8,11 +8,16 @@ past a context, or of a key after a query's own position, misses the tolerance b
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import pytest
 import torch
-from paged_cases import TOLERANCE, dtype_id, make_paged_kv, query_start_loc, rel_err
+from paged_cases import (
+    TOLERANCE,
+    dtype_id,
+    make_paged_kv,
+    prefill_kernel_error,
+    query_start_loc,
+    rel_err,
+)
 
 from kernels import cpu_ops, reference
 from worker.attention import AttentionMetadata, KVCache
@@ -34,34 +39,6 @@ def ops():  # type: ignore[no-untyped-def]
     return module
 
 
-def run_case(
-    ops: ModuleType,
-    contexts: list[int],
-    q_lens: list[int],
-    group: int,
-    head_size: int,
-    block_size: int,
-    num_kv_heads: int,
-    seed: int = 0,
-    cache_dtype: torch.dtype = torch.float32,
-) -> float:
-    """The kernel's worst per-token relative error against the reference on one step."""
-    gen = torch.Generator().manual_seed(seed)
-    kv = make_paged_kv(contexts, num_kv_heads, head_size, block_size, cache_dtype, gen)
-    q = torch.randn(sum(q_lens), num_kv_heads * group, head_size, generator=gen)
-    starts = query_start_loc(q_lens)
-    scale = head_size**-0.5
-    ref = reference.paged_prefill_attention(
-        q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, starts, scale
-    )
-    out = torch.full_like(q, float("nan"))
-    ran = ops.paged_prefill_attention(
-        out, q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, starts, scale
-    )
-    assert ran
-    return rel_err(out, ref)
-
-
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
 @pytest.mark.parametrize(
     ("group", "head_size", "block_size", "num_kv_heads"),
@@ -75,8 +52,9 @@ def test_prefill_matches_reference(  # type: ignore[no-untyped-def]
     bf16 cache is widened as it is read, as the reference widens it: float32's tolerance."""
     contexts = [1, 17, 100, 300, 95, 64, 33]
     q_lens = [1, 17, 37, 300, 1, 64, 5]
-    error = run_case(
-        ops, contexts, q_lens, group, head_size, block_size, num_kv_heads, 0, cache_dtype
+    kernel = ops.paged_prefill_attention
+    error = prefill_kernel_error(
+        kernel, contexts, q_lens, group, head_size, block_size, num_kv_heads, 0, cache_dtype
     )
     assert error < TOLERANCE[torch.float32]
 
@@ -88,7 +66,8 @@ def test_long_chunks_on_any_number_of_threads(ops, threads: int) -> None:  # typ
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        error = run_case(ops, [1100, 200], [512, 200], 3, 64, 16, 3, seed=threads)
+        kernel = ops.paged_prefill_attention
+        error = prefill_kernel_error(kernel, [1100, 200], [512, 200], 3, 64, seed=threads)
     finally:
         torch.set_num_threads(before)
     assert error < TOLERANCE[torch.float32]

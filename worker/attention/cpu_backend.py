@@ -30,11 +30,12 @@ class CpuAttentionBackend(TorchAttentionBackend):
     12.4 ms a layer in float32 and 15.5 in bf16 there, against 6.6 in the kernel
     (`ops/bench/prefill_attention.py`).
 
-    Where the CPU has AMX tiles, chunks over a bf16 cache keep SDPA in bf16 instead (q and the
-    probabilities rounded, as llama.cpp's f16 cache does): a 512-token chunk over 1,024 tokens
-    (1 thread, AMX Xeon, 2026-12-05) took 4.6 ms in bf16 against 11.7 in float32, with the
-    output 0.4% off (relative norm). The kernel has not been timed on AMX. Decodes, bound by
-    the bytes they read rather than their arithmetic, widen the cache to float32 everywhere.
+    Where the CPU has AMX tiles, chunks over a bf16 cache attend in bf16 instead (q and the
+    probabilities rounded, as llama.cpp's f16 cache does), in `kernels/cpu_prefill_amx.cpp`'s
+    tiles: a 512-token chunk over 1,536 tokens (2 threads, AMX Xeon, 2026-12-06) took 2.6 ms
+    there, 4.6 in bf16 SDPA and 8.6 in the float32 kernel, 0.3% off float32 (relative norm).
+    Where that kernel declines (a head size other than 64 or 128), SDPA in bf16. Decodes, bound
+    by the bytes they read rather than their arithmetic, widen the cache to float32 everywhere.
     """
 
     name = "cpu"
@@ -42,7 +43,7 @@ class CpuAttentionBackend(TorchAttentionBackend):
     def __init__(self, ops: ModuleType) -> None:
         super().__init__()
         self.ops = ops  # also the model's fused layer kernels (`install_kernels`)
-        self.bf16_prefill = amx_supported()  # bf16 SDPA for chunks over a bf16 cache
+        self.bf16_prefill = amx_supported()  # chunks over a bf16 cache attend in bf16
 
     def install_kernels(self, model: nn.Module, linear_backend: LinearBackend) -> KernelCounts:
         """The C++ layer kernels come from the same build as the attention kernels: few-row
@@ -68,20 +69,17 @@ class CpuAttentionBackend(TorchAttentionBackend):
     def prefill(
         self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
-        kernel_dtypes = kv.k_cache.dtype in KERNEL_CACHE_DTYPES and _float_rows(q, out)
-        if kernel_dtypes and self.prefill_dtype(kv) is None:
-            # False on a build without AVX-512, or a head size not a multiple of 16: SDPA then.
-            ran = self.ops.paged_prefill_attention(
-                out,
-                q,
-                kv.k_cache,
-                kv.v_cache,
-                meta.block_tables,
-                meta.seq_lens,
-                meta.query_start_loc,
-                scale,
+        if kv.k_cache.dtype in KERNEL_CACHE_DTYPES and _float_rows(q, out):
+            # bf16 tiles where chunks attend in bf16 (AMX), else float32 arithmetic. Either
+            # returns False where it cannot run (no AMX or AVX-512 in the build, a head size it
+            # does not take): SDPA then, in prefill_dtype.
+            kernel = (
+                self.ops.paged_prefill_attention_amx
+                if self.prefill_dtype(kv) == torch.bfloat16
+                else self.ops.paged_prefill_attention
             )
-            if ran:
+            args = (meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
+            if kernel(out, q, kv.k_cache, kv.v_cache, *args):
                 return
         super().prefill(q, kv, meta, scale, out)
 
