@@ -26,6 +26,13 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 DTYPES = list(TOLERANCE)
 
 
+def cpu_has(flag: str) -> bool:
+    """Whether this CPU lists ``flag`` (avx512f, amx_bf16, ...): what the native build of our C++
+    kernels then compiles in (-march=native)."""
+    with open("/proc/cpuinfo") as info:
+        return any(line.startswith("flags") and flag in line.split() for line in info)
+
+
 def dtype_id(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 

@@ -14,15 +14,16 @@ from types import ModuleType
 
 import pytest
 import torch
-from paged_cases import TOLERANCE, make_paged_kv, prefill_kernel_error, query_start_loc, rel_err
+from paged_cases import (
+    TOLERANCE,
+    cpu_has,
+    make_paged_kv,
+    prefill_kernel_error,
+    query_start_loc,
+    rel_err,
+)
 
 from kernels import cpu_ops, reference
-
-
-def has_amx_bf16() -> bool:
-    """Whether this CPU multiplies bf16 tiles, which the native build then compiles in."""
-    with open("/proc/cpuinfo") as info:
-        return any(line.startswith("flags") and " amx_bf16" in line for line in info)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def ops() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def amx(ops: ModuleType) -> ModuleType:
-    if not has_amx_bf16():
+    if not cpu_has("amx_bf16"):
         pytest.skip("no AMX on this CPU: the kernel declines (tested below)")
     return ops
 

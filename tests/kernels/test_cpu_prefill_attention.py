@@ -12,6 +12,7 @@ import pytest
 import torch
 from paged_cases import (
     TOLERANCE,
+    cpu_has,
     dtype_id,
     make_paged_kv,
     prefill_kernel_error,
@@ -24,17 +25,11 @@ from worker.attention import AttentionMetadata, KVCache
 from worker.attention.cpu_backend import CpuAttentionBackend
 
 
-def has_avx512f() -> bool:
-    """Whether this CPU has AVX-512F, which the native build's kernel needs (-march=native)."""
-    with open("/proc/cpuinfo") as info:
-        return any(line.startswith("flags") and " avx512f" in line for line in info)
-
-
 @pytest.fixture(scope="module")
 def ops():  # type: ignore[no-untyped-def]
     module = cpu_ops.load()
     assert module is not None, cpu_ops.unavailable_reason()
-    if not has_avx512f():
+    if not cpu_has("avx512f"):
         pytest.skip("the kernel is built for AVX-512 only; AVX2 builds keep SDPA (tested below)")
     return module
 
