@@ -16,8 +16,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("paged_decode_attention", &paged_decode_attention,
           "Paged decode attention of one query per sequence into out (float32)", nogil);
     m.def("paged_prefill_attention", &paged_prefill_attention,
-          "Causal paged attention of prefill chunks into out (float32 cache); false if this "
-          "build has no vector path",
+          "Causal paged attention of prefill chunks into out (float32 arithmetic over a float32 "
+          "or bf16 cache); false if this build has no vector path",
           nogil);
     m.def("paged_prefill_attention_amx", &paged_prefill_attention_amx,
           "Causal paged attention of prefill chunks over a bf16 cache in AMX tiles into out; "
