@@ -19,10 +19,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "Causal paged attention of prefill chunks into out (float32 arithmetic over a float32 "
           "or bf16 cache); false if this build has no vector path",
           nogil);
-    m.def("paged_prefill_attention_amx", &paged_prefill_attention_amx,
-          "Causal paged attention of prefill chunks over a bf16 cache in AMX tiles into out; "
-          "false if this build or CPU has no AMX or the head size is not 64 or 128",
-          nogil);
+    m.def("paged_prefill_attention_bf16", &paged_prefill_attention_bf16,
+          "Causal paged attention of prefill chunks over a bf16 cache with bf16 products into "
+          "out: AMX tiles where tiles=True and the CPU has them (heads of 64 and 128), else "
+          "AVX-512 BF16 dot products (heads a multiple of 32); false if neither runs",
+          py::arg("out"), py::arg("q"), py::arg("k_cache"), py::arg("v_cache"),
+          py::arg("block_tables"), py::arg("seq_lens"), py::arg("query_start_loc"),
+          py::arg("scale"), py::arg("tiles") = true, nogil);
     m.def("write_kv", &write_kv, "Write key/value rows into the paged caches at slot_mapping",
           nogil);
     m.def("rotary_", &rotary_, "Rotate-half rotary embedding of x (tokens, heads, D) in place",

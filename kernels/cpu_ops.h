@@ -26,12 +26,14 @@ bool paged_prefill_attention(at::Tensor out, const at::Tensor& q, const at::Tens
                              const at::Tensor& v_cache, const at::Tensor& block_tables,
                              const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
                              double scale);
-// cpu_prefill_amx.cpp: a bf16 cache in AMX tiles (q and probabilities rounded to bf16); false
-// where this build or CPU has no AMX or the head size is not 64 or 128 (the caller keeps SDPA)
-bool paged_prefill_attention_amx(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache,
-                                 const at::Tensor& v_cache, const at::Tensor& block_tables,
-                                 const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
-                                 double scale);
+// cpu_prefill_bf16.cpp: a bf16 cache with bf16 products (q and probabilities rounded to bf16):
+// AMX tiles where `tiles` and the build and CPU have them (heads of 64 and 128), else AVX-512
+// BF16 dot products (heads a multiple of 32); false where neither runs (the caller keeps the
+// float32 kernel or SDPA)
+bool paged_prefill_attention_bf16(at::Tensor out, const at::Tensor& q, const at::Tensor& k_cache,
+                                  const at::Tensor& v_cache, const at::Tensor& block_tables,
+                                  const at::Tensor& seq_lens, const at::Tensor& query_start_loc,
+                                  double scale, bool tiles);
 void write_kv(const at::Tensor& key, const at::Tensor& value, at::Tensor k_cache,
               at::Tensor v_cache, const at::Tensor& slot_mapping);
 

@@ -1,12 +1,12 @@
 """Builds and loads our C++ CPU kernels on first use.
 
 `cpu_paged_attention.cpp` (decode attention, K/V write), `cpu_prefill_attention.cpp` (prefill
-chunks' attention in float32 over either cache dtype), `cpu_prefill_amx.cpp` (the same over a
-bf16 cache in AMX tiles), `cpu_layer_ops.cpp` (rotary, SiLU,
-residual + RMSNorm), `cpu_linear.cpp` (projections of few rows), `cpu_quant_linear.cpp` and
-`cpu_int8_linear.cpp` (projections of GGUF blocks and of int8 weights; `cpu_quant.h`) and
-`cpu_decode_stack.cpp` (every layer of an all-decode step in one call, over those kernels), bound
-to Python in `cpu_bindings.cpp`.
+chunks' attention in float32 over either cache dtype), `cpu_prefill_bf16.cpp` and
+`cpu_prefill_amx.cpp` (the same over a bf16 cache with bf16 products: AVX-512 BF16 dot products
+or AMX tiles), `cpu_layer_ops.cpp` (rotary, SiLU, residual + RMSNorm), `cpu_linear.cpp`
+(projections of few rows), `cpu_quant_linear.cpp` and `cpu_int8_linear.cpp` (projections of GGUF
+blocks and of int8 weights; `cpu_quant.h`) and `cpu_decode_stack.cpp` (every layer of an
+all-decode step in one call, over those kernels), bound to Python in `cpu_bindings.cpp`.
 
 The source is compiled for the machine it runs on (``-march=native``; ``PATERNOSTER_CPU_ARCH``,
 read once per process, or `load`'s ``arch`` names another ``-march`` target, e.g. ``haswell`` to
@@ -46,6 +46,7 @@ SOURCES = [
     _HERE / "cpu_paged_attention.cpp",
     _HERE / "cpu_prefill_attention.cpp",
     _HERE / "cpu_prefill_amx.cpp",
+    _HERE / "cpu_prefill_bf16.cpp",
     _HERE / "cpu_layer_ops.cpp",
     _HERE / "cpu_linear.cpp",
     _HERE / "cpu_quant_linear.cpp",

@@ -24,7 +24,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -203,12 +202,9 @@ bool paged_prefill_attention(at::Tensor out, const at::Tensor& q, const at::Tens
                            out.stride(0), v, tables, table_stride, lens, starts, num_kv_heads,
                            q.size(1) / num_kv_heads, block_size, hs, static_cast<float>(scale),
                            panels.data(), panel_of.data()};
-        std::atomic<size_t> next{0};
-        const int64_t threads = std::min<int64_t>(at::get_num_threads(), tasks.size());
-        at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-            std::vector<float> work;
-            for (size_t i = next++; i < tasks.size(); i = next++) attend_tile(args, tasks[i], work);
-        });
+        run_tasks(
+            tasks, [] { return std::vector<float>(); },
+            [&](const PrefillTask& t, std::vector<float>& work) { attend_tile(args, t, work); });
     };
     if (k_cache.scalar_type() == at::kFloat)
         run(k_cache.data_ptr<float>(), v_cache.data_ptr<float>());

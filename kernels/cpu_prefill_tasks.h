@@ -1,13 +1,16 @@
-// The arguments and the work list both prefill kernels share: cpu_prefill_attention.cpp (float32
-// arithmetic, AVX-512) and cpu_prefill_amx.cpp (bf16 tiles, AMX). Their layout is
+// The arguments, the work list and its loop that the prefill kernels share:
+// cpu_prefill_attention.cpp (float32 arithmetic, AVX-512) and cpu_prefill_bf16.h's (bf16
+// products: AMX tiles or AVX-512 BF16 dot products). Their layout is
 // cpu_paged_attention.cpp's; query_start_loc (num_seqs + 1,) int32 gives each sequence's
 // queries, the last of its context.
 #pragma once
 
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -77,6 +80,19 @@ inline std::vector<PrefillTask> prefill_tasks(const at::Tensor& seq_lens,
         return x.tokens * x.keys > y.tokens * y.keys;
     });
     return tasks;
+}
+
+// body(task, state) for every task, each thread taking the next as it comes free. A thread makes
+// its `state` once, before its first task (its buffers; AMX's tile configuration, which is per
+// thread, loaded there and released as the state goes).
+template <class MakeState, class Body>
+void run_tasks(const std::vector<PrefillTask>& tasks, MakeState make_state, Body body) {
+    std::atomic<size_t> next{0};
+    const int64_t threads = std::min<int64_t>(at::get_num_threads(), tasks.size());
+    at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+        auto state = make_state();
+        for (size_t i = next++; i < tasks.size(); i = next++) body(tasks[i], state);
+    });
 }
 
 }  // namespace paternoster

@@ -11,10 +11,11 @@ gather the chunk's K/V from a paged cache and run SDPA in the compute dtype; "ma
 passes the explicit (queries x context) mask, as `kernels.reference.paged_prefill_attention`
 did for every chunk before it gave fresh prompts SDPA's own causal mask. The outputs are
 checked equal, bit for bit, then each path is timed (median of ``--repeats`` rounds), one after
-the other in one process. Our kernel is timed too, after its largest per-token relative error
-against float32 SDPA over the same cache is recorded: in float32 `cpu_prefill_attention.cpp`
-(AVX-512 builds), in bfloat16 `cpu_prefill_amx.cpp` (AMX builds). bfloat16 runs over a bf16
-cache, as the cpu backend's do (before 2026-12-06's AMX kernel, a float32 cache converted).
+the other in one process. Our kernels are timed too, each after its largest per-token relative
+error against float32 SDPA over the same cache is recorded (`KERNELS`): in float32
+`cpu_prefill_attention.cpp` (AVX-512 builds); in bfloat16 `cpu_prefill_bf16.cpp` (AMX tiles or
+AVX-512 BF16 dot products) and the float32 kernel over the same bf16 cache. bfloat16 runs over a
+bf16 cache, as the cpu backend's do (before 2026-12-06's AMX kernel, a float32 cache converted).
 """
 
 from __future__ import annotations
@@ -36,8 +37,18 @@ from ops.bench.common import median_seconds, write_report
 from worker.engine.kv_pool import DTYPES
 
 Q_HEADS, KV_HEADS, HEAD, BLOCK = 9, 3, 64, 16
-# Our kernel for each compute dtype: float32 arithmetic (AVX-512), bf16 tiles (AMX, bf16 cache).
-KERNELS = {torch.float32: "paged_prefill_attention", torch.bfloat16: "paged_prefill_attention_amx"}
+# Our kernels for each compute dtype, by the name their times go under: (binding, extra args).
+# float32: float32 arithmetic (AVX-512). bfloat16, over a bf16 cache: bf16 products as the cpu
+# backend calls them (AMX tiles where the CPU has them, else AVX-512 BF16 dot products), the dot
+# products alone, and the float32 kernel widening the cache (AMD's path before 2026-12-06).
+KERNELS: dict[torch.dtype, dict[str, tuple[str, tuple[bool, ...]]]] = {
+    torch.float32: {"kernel": ("paged_prefill_attention", ())},
+    torch.bfloat16: {
+        "kernel": ("paged_prefill_attention_bf16", (True,)),
+        "dots": ("paged_prefill_attention_bf16", (False,)),
+        "widened": ("paged_prefill_attention", ()),
+    },
+}
 
 
 def chunk_case(
@@ -69,6 +80,21 @@ def masked(kv: Any, q: torch.Tensor, ctx: int, dtype: torch.dtype) -> torch.Tens
     return out[0].transpose(0, 1).to(q.dtype)
 
 
+def ours_kernel(
+    binding: Callable[..., bool], q: torch.Tensor, args: tuple[Any, ...]
+) -> Callable[[], torch.Tensor] | None:
+    """A call of one of our kernels into one output buffer; None where it declines."""
+    out = torch.empty_like(q)
+    if not binding(out, q, *args):
+        return None
+
+    def kernel() -> torch.Tensor:
+        binding(out, q, *args)
+        return out
+
+    return kernel
+
+
 def measure(
     ctx: int, q_len: int, dtype: torch.dtype, repeats: int, arch: str | None = None
 ) -> dict[str, float]:
@@ -91,17 +117,13 @@ def measure(
     timed: dict[str, Callable[[], object]] = {"reference_ms": ours, "masked_ms": before}
     ops = cpu_ops.load(arch) if dtype in KERNELS else None
     errors: dict[str, float] = {}
-    out = torch.empty_like(q)
     args = (kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, starts, HEAD**-0.5)
-    if ops is not None and getattr(ops, KERNELS[dtype])(out, q, *args):
-
-        def kernel() -> torch.Tensor:
-            getattr(ops, KERNELS[dtype])(out, q, *args)
-            return out
-
-        exact = reference.paged_prefill_attention(q, *args)  # float32 over the same cache
-        errors["kernel_rel_err"] = rel_err(kernel(), exact)
-        timed["kernel_ms"] = kernel
+    exact = reference.paged_prefill_attention(q, *args)  # float32 over the same cache
+    for name, (binding, extra) in KERNELS.get(dtype, {}).items():
+        kernel = ours_kernel(getattr(ops, binding), q, (*args, *extra)) if ops else None
+        if kernel is not None:  # None: it declined (no such instructions in this build)
+            errors[f"{name}_rel_err"] = rel_err(kernel(), exact)
+            timed[f"{name}_ms"] = kernel
     result = {key: median_seconds(fn, repeats) * 1e3 for key, fn in timed.items()}
     result["masked_over_reference"] = result["masked_ms"] / result["reference_ms"]
     if "kernel_ms" in result:
@@ -131,16 +153,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with torch.inference_mode():
         for chunk in args.chunks:
             ctx, q_len = map(int, chunk.split("x"))
-            for name in args.dtypes:
-                r = measure(ctx, q_len, DTYPES[name], args.repeats, args.arch)
-                report["chunks"][f"{chunk}/{name}"] = r
-                kernel = (
-                    f", kernel {r['kernel_ms']:8.3f} ms (rel err {r['kernel_rel_err']:.1e})"
-                    if "kernel_ms" in r
-                    else ""
+            for dtype_name in args.dtypes:
+                r = measure(ctx, q_len, DTYPES[dtype_name], args.repeats, args.arch)
+                report["chunks"][f"{chunk}/{dtype_name}"] = r
+                kernel = "".join(
+                    f", {name} {r[f'{name}_ms']:8.3f} ms (rel err {r[f'{name}_rel_err']:.1e})"
+                    for name in KERNELS.get(DTYPES[dtype_name], {})
+                    if f"{name}_ms" in r
                 )
                 print(
-                    f"{chunk:>10s} {name:8s}: reference {r['reference_ms']:8.3f} ms,"
+                    f"{chunk:>10s} {dtype_name:8s}: reference {r['reference_ms']:8.3f} ms,"
                     f" masked {r['masked_ms']:8.3f} ms, masked / reference"
                     f" {r['masked_over_reference']:.2f}{kernel}"
                 )

@@ -62,8 +62,8 @@ def test_the_flag_sets_the_cache_dtype() -> None:
 def test_greedy_on_a_bf16_cache_agrees_across_cpu_backends(tiny_model_dir: Path) -> None:
     """Our C++ kernels (decode stack included) and the torch path read the same bf16 K/V: the
     same tokens, logprobs within float32 rounding while prefill attends in float32; prefill in
-    bf16 (`CpuAttentionBackend.bf16_prefill`, on where the CPU has AMX tiles) moves them
-    by bf16 rounding only; the float32 cache's logprobs differ."""
+    bf16 (`CpuAttentionBackend.bf16_prefill`, on where the CPU has AMX tiles or AVX-512 BF16)
+    moves them by bf16 rounding only; the float32 cache's logprobs differ."""
 
     def run(backend: Any, kv_dtype: Any, bf16_prefill: bool = False) -> list[Any]:
         engine = LLMEngine(

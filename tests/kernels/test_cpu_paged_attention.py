@@ -127,8 +127,9 @@ def test_backend_decodes_and_prefills_like_torch(  # type: ignore[no-untyped-def
 def test_prefill_over_a_bf16_cache_attends_in_bf16_where_asked(  # type: ignore[no-untyped-def]
     ops, bf16_prefill: bool
 ) -> None:
-    """`CpuAttentionBackend.bf16_prefill` (AMX): prefill chunks over a bf16 cache in bf16
-    (`cpu_prefill_amx.cpp` on AMX, else SDPA's bf16; within bf16's tolerance of float32), or
+    """`CpuAttentionBackend.bf16_prefill` (AMX or AVX-512 BF16): prefill chunks over a bf16
+    cache in bf16 (`cpu_prefill_bf16.cpp` where the CPU has either, else SDPA's bf16; within
+    bf16's tolerance of float32), or
     else in float32 through our kernel, which widens the cache (float32's tolerance of the
     reference); a float32 cache stays float32 either way."""
     gen = torch.Generator().manual_seed(2)

@@ -13,7 +13,7 @@ from worker.attention.torch_backend import TorchAttentionBackend
 from worker.models.cpu_kernels import KERNEL_CACHE_DTYPES, use_cpu_kernels
 from worker.models.cpu_linear import LinearBackend, pack_linears
 from worker.models.decode_stack import install_decode_stack
-from worker.models.quant import amx_supported
+from worker.models.quant import amx_supported, avx512_bf16_supported
 
 
 class CpuAttentionBackend(TorchAttentionBackend):
@@ -30,12 +30,15 @@ class CpuAttentionBackend(TorchAttentionBackend):
     12.4 ms a layer in float32 and 15.5 in bf16 there, against 6.6 in the kernel
     (`ops/bench/prefill_attention.py`).
 
-    Where the CPU has AMX tiles, chunks over a bf16 cache attend in bf16 instead (q and the
-    probabilities rounded, as llama.cpp's f16 cache does), in `kernels/cpu_prefill_amx.cpp`'s
-    tiles: a 512-token chunk over 1,536 tokens (2 threads, AMX Xeon, 2026-12-06) took 2.6 ms
-    there, 4.6 in bf16 SDPA and 8.6 in the float32 kernel, 0.3% off float32 (relative norm).
-    Where that kernel declines (a head size other than 64 or 128), SDPA in bf16. Decodes, bound
-    by the bytes they read rather than their arithmetic, widen the cache to float32 everywhere.
+    Where the CPU multiplies bf16 pairs itself, chunks over a bf16 cache attend in bf16 instead
+    (q and the probabilities rounded, as llama.cpp's f16 cache does), in
+    `kernels/cpu_prefill_bf16.cpp`: AMX tiles where the CPU has them, else AVX-512 BF16 dot
+    products (Zen 4 and 5). A 512-token chunk over 1,536 tokens (2 threads, 2026-12-06) took
+    2.6 ms in tiles on an AMX Xeon (4.6 in bf16 SDPA, 8.6 in the float32 kernel), and 5.2 ms in
+    dot products on a Zen 4 (10.0 in the float32 kernel), 0.3% off float32 (relative norm).
+    Where neither runs (a head size not a multiple of 32), the float32 kernel, then SDPA in
+    bf16. Decodes, bound by the bytes they read rather than their arithmetic, widen the cache
+    to float32 everywhere.
     """
 
     name = "cpu"
@@ -43,7 +46,9 @@ class CpuAttentionBackend(TorchAttentionBackend):
     def __init__(self, ops: ModuleType) -> None:
         super().__init__()
         self.ops = ops  # also the model's fused layer kernels (`install_kernels`)
-        self.bf16_prefill = amx_supported()  # chunks over a bf16 cache attend in bf16
+        # Chunks over a bf16 cache attend with bf16 products where the CPU multiplies bf16
+        # natively (AMX tiles, AVX-512 BF16): 1.4-2.4x float32's speed (BENCHMARKS.md).
+        self.bf16_prefill = amx_supported() or avx512_bf16_supported()
 
     def install_kernels(self, model: nn.Module, linear_backend: LinearBackend) -> KernelCounts:
         """The C++ layer kernels come from the same build as the attention kernels: few-row
@@ -70,16 +75,15 @@ class CpuAttentionBackend(TorchAttentionBackend):
         self, q: torch.Tensor, kv: KVCache, meta: AttentionMetadata, scale: float, out: torch.Tensor
     ) -> None:
         if kv.k_cache.dtype in KERNEL_CACHE_DTYPES and _float_rows(q, out):
-            # bf16 tiles where chunks attend in bf16 (AMX), else float32 arithmetic. Either
-            # returns False where it cannot run (no AMX or AVX-512 in the build, a head size it
-            # does not take): SDPA then, in prefill_dtype.
-            kernel = (
-                self.ops.paged_prefill_attention_amx
-                if self.prefill_dtype(kv) == torch.bfloat16
-                else self.ops.paged_prefill_attention
-            )
-            args = (meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
-            if kernel(out, q, kv.k_cache, kv.v_cache, *args):
+            # bf16 products where asked (AMX tiles, else AVX-512 BF16), else float32 arithmetic.
+            # Each returns False where it cannot run (the build or CPU lacks its instructions,
+            # a head size it does not take): the next one then, and last SDPA in prefill_dtype.
+            tables = (meta.block_tables, meta.seq_lens, meta.query_start_loc)
+            args = (out, q, kv.k_cache, kv.v_cache, *tables, scale)
+            bf16 = self.prefill_dtype(kv) == torch.bfloat16
+            if bf16 and self.ops.paged_prefill_attention_bf16(*args):
+                return
+            if self.ops.paged_prefill_attention(*args):
                 return
         super().prefill(q, kv, meta, scale, out)
 

@@ -60,8 +60,9 @@ class CacheConfig:
     # The K/V a step reads; auto: the model's dtype (float32 on CPU: exact HF parity). bfloat16
     # halves the bytes a decode reads and the pool's bytes a token, as vLLM's auto does for a
     # bf16 model; keys and values are rounded once as they are written. On CPU decodes widen
-    # them to float32 as they read, and so do prefill chunks on AVX-512, except on AMX, where
-    # they attend in bf16 (`CpuAttentionBackend`). The triton backend takes only its model's dtype.
+    # them to float32 as they read; prefill chunks attend in bf16 where the CPU multiplies bf16
+    # (AMX, AVX-512 BF16), else widen them too (`CpuAttentionBackend`). The triton backend takes
+    # only its model's dtype.
     dtype: DtypeName = "auto"
 
     def __post_init__(self) -> None:

@@ -304,6 +304,13 @@ def amx_supported() -> bool:
     return check is not None and bool(check())
 
 
+def avx512_bf16_supported() -> bool:
+    """Whether the CPU has AVX-512 BF16's dot products (vdpbf16ps; Zen 4 and later, Cooper Lake
+    and later), which our bf16 prefill attention uses where AMX is missing."""
+    check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return check is not None and bool(check())
+
+
 def attach(model: nn.Module, ops: ModuleType | None, activations: str = "float32") -> int:
     """Give every `QuantWeight` of ``model`` the C++ kernels (`QuantWeight.attach`); how many
     there are."""
