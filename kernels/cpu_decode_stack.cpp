@@ -55,8 +55,10 @@ at::Tensor DecodeStack::Linear::operator()(const at::Tensor& x) const {
             if (weight.defined() && x.size(0) <= skinny_rows) return skinny_linear(x, weight, bias);
             return onednn_linear(x, packed, bias);
         case kGguf:  // `QuantLinear.forward`: x rounded to 8 bits up to skinny_rows
-            if (x.size(0) <= skinny_rows) return gguf_linear_q8(x, weight, format, bias);
+            if (x.size(0) <= skinny_rows) return gguf_linear_q8(x, weight, format, bias, false);
             return gguf_linear(x, weight, format, bias);
+        case kGgufPanels:  // x rounded to 8 bits at every row count
+            return gguf_linear_q8(x, weight, format, bias, true);
         default:
             return int8_linear(x, weight, scale, bias);
     }
@@ -80,7 +82,8 @@ void DecodeStack::add_linear(int64_t kind, c10::optional<at::Tensor> weight,
                              c10::optional<at::Tensor> scale, int64_t format,
                              c10::optional<at::Tensor> bias, c10::optional<at::Tensor> packed,
                              int64_t skinny_rows) {
-    TORCH_CHECK(kind == kFloat32 || kind == kGguf || kind == kInt8, "unknown linear kind ", kind);
+    TORCH_CHECK(kind == kFloat32 || kind == kGguf || kind == kInt8 || kind == kGgufPanels,
+                "unknown linear kind ", kind);
     TORCH_CHECK(kind != kInt8 || scale.has_value(), "an int8 linear needs its scale");
     TORCH_CHECK(kind != kFloat32 || packed.has_value(), "a float32 linear needs its packed weight");
     TORCH_CHECK(kind == kFloat32 || weight.has_value(), "a quantized linear needs its weight");

@@ -165,12 +165,16 @@ void q8_all(const float* x, int64_t ldx, Acts& acts, int64_t rows, const uint8_t
 }  // namespace
 
 at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
-                          const c10::optional<at::Tensor>& bias) {
+                          const c10::optional<at::Tensor>& bias, bool panels) {
+    TORCH_CHECK(!panels || (q8_panel_rows() > 0 && blocks.size(0) % q8_panel_rows() == 0),
+                "blocks stored as panels need a build that reads them (q8_panel_rows ",
+                q8_panel_rows(), ") and a whole number of panels (", blocks.size(0), " rows)");
     return gguf_call(x, blocks, format, bias,
-                     [](int64_t f, const float* xp, int64_t ldx, int64_t rows, const uint8_t* wp,
-                        int64_t n, int64_t nb, float* op) {
-                         if (rows >= gemm_min_rows(f))
-                             return gguf_gemm_q8(xp, ldx, rows, wp, n, nb, f, op);
+                     [panels](int64_t f, const float* xp, int64_t ldx, int64_t rows,
+                              const uint8_t* wp, int64_t n, int64_t nb, float* op) {
+                         // Stored panels: the GEMM at every row count (it no longer packs).
+                         if (panels || rows >= gemm_min_rows(f))
+                             return gguf_gemm_q8(xp, ldx, rows, wp, n, nb, f, panels, op);
                          thread_local Acts acts;  // reused: 121 calls a token on SmolLM2-135M
                          with_format(f, [&](auto F) {
                              q8_all<decltype(F)::value>(xp, ldx, acts, rows, wp, n, nb, op);

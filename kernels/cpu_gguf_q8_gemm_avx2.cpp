@@ -42,6 +42,7 @@ inline __m256 low_halves(__m256i v) {
 
 struct Avx2 {
     static constexpr int64_t kPanel = 8;  // weight rows a panel: one int32 lane each
+    static constexpr bool kPanels = false;  // packs every call; stores no panels
     static constexpr int64_t kXRows = 4;  // 4 int16 + 4 float accumulators of 16 ymm
 
     using Panel = PanelOf<__m256i, kPanel>;  // codes Q8_0's signed, 4-bit ones 0-15
@@ -125,9 +126,11 @@ struct Avx2 {
 }  // namespace
 
 void gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
-                  int64_t nb, int64_t format, float* out) {
-    panel_gemm_any<Avx2>(x, ldx, rows, w, n, nb, format, out);
+                  int64_t nb, int64_t format, bool panels, float* out) {
+    panel_gemm_any<Avx2>(x, ldx, rows, w, n, nb, format, panels, out);
 }
+
+int64_t q8_panel_rows() { return 0; }
 #endif  // with VNNI: cpu_gguf_q8_gemm.cpp
 
 }  // namespace quant

@@ -52,9 +52,13 @@ at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t fo
 at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format, bool bf16);
 std::string quant_isa();  // "avx512" or "avx2": the vector paths this build compiled
 
-// cpu_gguf_q8.cpp: gguf_linear with x rounded to 8 bits a block (integer dot products).
+// cpu_gguf_q8.cpp: gguf_linear with x rounded to 8 bits a block (integer dot products); blocks
+// stored as panels (kernels/quant_reference.py `pack_panels`) where `panels`.
 at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
-                          const c10::optional<at::Tensor>& bias);
+                          const c10::optional<at::Tensor>& bias, bool panels);
+namespace quant {
+int64_t q8_panel_rows();  // cpu_quant.h
+}  // namespace quant
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
                        const c10::optional<at::Tensor>& bias);
 
@@ -66,6 +70,7 @@ class DecodeStack {
     static constexpr int64_t kFloat32 = 0;  // skinny_linear up to skinny_rows, else oneDNN
     static constexpr int64_t kGguf = 1;     // gguf_linear(_q8 up to skinny_rows) on GGUF blocks
     static constexpr int64_t kInt8 = 2;     // int8_linear on an int8 weight and its scale
+    static constexpr int64_t kGgufPanels = 3;  // gguf_linear_q8 on GGUF blocks stored as panels
 
     DecodeStack(int64_t num_q_heads, int64_t num_kv_heads, int64_t head_size, double eps,
                 double scale, at::Tensor final_norm);

@@ -8,12 +8,21 @@
 //
 // That needs the weights in another order: each call repacks a panel (its rows x k codes: 24 KB
 // at k = 1536 for 16 rows, in L1) and runs every row of x against it. The stored weights keep
-// the file's layout, which the exact kernels, the GEMM path and the embedding read.
+// the file's layout, which the exact kernels, the GEMM path and the embedding read, unless
+// they were stored as panels (`panels`; kernels/quant_reference.py `pack_panels`, the same
+// bytes: per block of a panel, its rows' code dwords one dword index after another, then
+// their heads), which only x's 8-bit kernels read. Each pass of rows then widens a stored
+// panel's codes in registers as it loads them (an ISA with kPanels and rows_stored<F, R>): no
+// transpose, and no Panel written to L1 and read back. On the bundled file's 210 Q4_1
+// projections (1 thread, Zen 4, ms) against the file's layout: 3.8 / 7.2 at 1 row (the
+// one-row kernel), 5.4 / 16.1 at 4, 9.9 / 18.7 at 8, 34.0 / 39.2 at 32, 62.3 / 69.4 at 64;
+// 35 projections at 512 rows 76.7 / 83.4 (ops/bench/quant_linear.py: q4_1@int8 / q4_1_a8).
 //
 // This header holds what every ISA shares: x's codes and the loop over panels. An ISA is a
 // struct (cpu_gguf_q8_gemm.cpp: AVX-512 VNNI; cpu_gguf_q8_gemm_avx2.cpp: AVX2's maddubs) with
-// kPanel, kXRows, a Panel type, pack<F>(w, ldw, nb, panel) of kPanel whole rows and
-// rows<F, R>(panel, xc, r, out, ldo, valid).
+// kPanel, kXRows, a Panel type, pack<F>(w, ldw, nb, panel) of kPanel whole rows,
+// rows<F, R>(panel, xc, r, out, ldo, valid) and kPanels: whether it has
+// rows_stored<F, R>(at, xc, r, out, ldo, valid) for panels stored so.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -80,10 +89,19 @@ void panel_all(const typename Isa::Panel& p, const XCodes& xc, int64_t r, int64_
         if (rows > 0) panel_all<Isa, F, R - 1>(p, xc, r, rows, out, ldo, valid);
 }
 
+// `rows` (at most Isa::kXRows) of x from r against a stored panel in one pass.
+template <class Isa, int64_t F, int64_t R = Isa::kXRows>
+void stored_rows(const uint8_t* at, const XCodes& xc, int64_t r, int64_t rows, float* out,
+                 int64_t ldo, int64_t valid) {
+    if constexpr (R > 1)
+        if (rows < R) return stored_rows<Isa, F, R - 1>(at, xc, r, rows, out, ldo, valid);
+    Isa::template rows_stored<F, R>(at, xc, r, out + r * ldo, ldo, valid);
+}
+
 // out (rows, n) = x @ W.T, W's n rows of nb blocks of format F, a panel a task.
 template <class Isa, int64_t F>
 void panel_gemm(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
-                int64_t nb, float* out) {
+                int64_t nb, bool panels, float* out) {
     thread_local XCodes mine;
     // A reference: a thread_local named inside the lambda would be each pool thread's own.
     const XCodes& xc = mine;
@@ -95,6 +113,14 @@ void panel_gemm(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int
         for (int64_t p = begin; p < end; ++p) {
             const int64_t o = p * panel_rows, valid = std::min(panel_rows, n - o);
             const uint8_t* rows_at = w + o * ldw;
+            if constexpr (Isa::kPanels) {
+                if (panels) {  // n is a whole number of panels (gguf_linear_q8 checks)
+                    for (int64_t r = 0; r < rows; r += Isa::kXRows)
+                        stored_rows<Isa, F>(rows_at, xc, r, std::min(Isa::kXRows, rows - r),
+                                            out + o, n, valid);
+                    continue;
+                }
+            }
             if (valid < panel_rows) {  // the last panel: its rows copied beside zero ones
                 padded.assign(panel_rows * ldw, 0);
                 std::copy(rows_at, rows_at + valid * ldw, padded.begin());
@@ -109,9 +135,9 @@ void panel_gemm(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int
 // `panel_gemm` for a format named at run time: gguf_gemm_q8 (cpu_quant.h) on ISA `Isa`.
 template <class Isa>
 void panel_gemm_any(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
-                    int64_t nb, int64_t format, float* out) {
+                    int64_t nb, int64_t format, bool panels, float* out) {
     with_format(format, [&](auto F) {
-        panel_gemm<Isa, decltype(F)::value>(x, ldx, rows, w, n, nb, out);
+        panel_gemm<Isa, decltype(F)::value>(x, ldx, rows, w, n, nb, panels, out);
     });
 }
 

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import torch
 
 BLOCK = 32  # weights per GGUF block, every format here
+PANEL_ROWS = 16  # weight rows of a stored panel: the AVX-512 GEMM's int32 lanes (`pack_panels`)
 
 
 class BlockFormat(NamedTuple):
@@ -87,6 +88,44 @@ def weight_codes(
     packed = b[..., 4:] if fmt is Q4_1 else b[..., 2:]
     q = torch.cat((packed & 0x0F, packed >> 4), dim=-1).float()
     return q, d, _fp16(b[..., 2:4])[..., 0] if fmt is Q4_1 else -8.0 * d
+
+
+def _panel_parts(fmt: BlockFormat) -> tuple[int, int]:
+    """Bytes of a block's head (d, and Q4_1's m) and 4-byte code words a block has."""
+    head = 4 if fmt is Q4_1 else 2
+    return head, (fmt.block_bytes - head) // 4
+
+
+def pack_panels(blocks: torch.Tensor, type_id: int, rows: int = PANEL_ROWS) -> torch.Tensor:
+    """GGUF blocks ``(n, row_bytes)`` stored as panels of ``rows`` weight rows, the same shape
+    and bytes: per panel and block, the rows' code words (4 bytes) one word index after another
+    (word g of every row, then word g + 1), then the rows' heads. What the 8-bit GEMM
+    (kernels/cpu_q8_gemm.h) multiplies, one weight row a vector lane, read without the per-call
+    transpose the file's layout needs. ``n`` a multiple of ``rows``."""
+    fmt = block_format(type_id)
+    n = blocks.shape[0]
+    if n % rows:
+        raise ValueError(f"{n} weight rows are not whole panels of {rows}")
+    head, words = _panel_parts(fmt)
+    nb = in_features(blocks, type_id) // BLOCK
+    b = blocks.reshape(n // rows, rows, nb, fmt.block_bytes)
+    codes = b[..., head:].reshape(n // rows, rows, nb, words, 4).permute(0, 2, 3, 1, 4)
+    heads = b[..., :head].permute(0, 2, 1, 3)
+    parts = (codes.reshape(n // rows, nb, -1), heads.reshape(n // rows, nb, -1))
+    return torch.cat(parts, dim=-1).reshape(blocks.shape).contiguous()
+
+
+def unpack_panels(panels: torch.Tensor, type_id: int, rows: int = PANEL_ROWS) -> torch.Tensor:
+    """The file's layout of blocks that `pack_panels` stored as panels."""
+    fmt = block_format(type_id)
+    n = panels.shape[0]
+    head, words = _panel_parts(fmt)
+    nb = in_features(panels, type_id) // BLOCK
+    p = panels.reshape(n // rows, nb, rows * fmt.block_bytes)
+    codes = p[..., : rows * words * 4].reshape(n // rows, nb, words, rows, 4)
+    codes = codes.permute(0, 3, 1, 2, 4).reshape(n // rows, rows, nb, words * 4)
+    heads = p[..., rows * words * 4 :].reshape(n // rows, nb, rows, head).permute(0, 2, 1, 3)
+    return torch.cat((heads, codes), dim=-1).reshape(panels.shape).contiguous()
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

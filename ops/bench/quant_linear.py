@@ -11,8 +11,9 @@ gate, up, down), run in layer order so they stream from DRAM each round as in a 
 ``q4_1_deq_onednn`` (the same, reordered for oneDNN each call: that path until 2026-12-05,
 slower on every machine since), ``q8_0`` and ``int8``
 (the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`), ``q4_1_a8`` and
-``q8_0_a8`` (`gguf_linear_q8`: x rounded to 8 bits, integer dot products), ``q4_1@MODE`` (the
-engine's `QuantWeight.linear` under each ``--quant-activations`` mode); with ``--avx2``
+``q8_0_a8`` (`gguf_linear_q8`: x rounded to 8 bits, integer dot products, on the file's
+layout), ``q4_1@MODE`` (the engine's `QuantWeight.linear` under each ``--quant-activations``
+mode; under ``int8`` the blocks are stored as panels where the build reads them); with ``--avx2``
 also each quantized system again as ``*_avx2``, the same kernels built with
 ``-march=haswell`` (their AVX2 paths, `cpu_ops.load("haswell")`) on this machine. Time is CPU
 time of the calling thread (``time.thread_time``, one torch thread), the median of ``--repeats``

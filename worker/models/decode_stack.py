@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from worker.models.llama import DecoderLayer, LlamaForCausalLM
 
 # `DecodeStack`'s linear kinds (kernels/cpu_ops.h).
-FLOAT32, GGUF, INT8 = 0, 1, 2
+FLOAT32, GGUF, INT8, GGUF_PANELS = 0, 1, 2, 3
 
 
 class DecodeStack:
@@ -144,6 +144,8 @@ def _add_linear(stack: Any, linear: nn.Module, ops: ModuleType) -> int:
         w = linear.qweight
         if w.type_id is None:
             stack.add_linear(INT8, w.data, scale=w.scale, bias=linear.bias)
+        elif w.panels:  # x rounded to 8 bits at every row count
+            stack.add_linear(GGUF_PANELS, w.data, format=w.type_id, bias=linear.bias)
         else:
             # skinny_rows: rows up to which it rounds x to 8 bits (`gguf_linear_q8`)
             stack.add_linear(

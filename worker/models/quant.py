@@ -124,6 +124,8 @@ class QuantWeight(nn.Module):
     gemm_min_rows: int
     a8_max_rows: int  # rows up to which x is rounded to 8 bits (`gguf_linear_q8`); 0: never
     bf16_min_rows: int  # rows from which x and the weight are rounded to bf16; ANY_ROWS: never
+    panels: bool  # `data` stored as panels (quant_reference.pack_panels), not the file's layout
+    row_lookups: bool  # an embedding looks rows up (`rows`): the file's layout stays
 
     def __init__(
         self, data: torch.Tensor, type_id: int | None, scale: torch.Tensor | None = None
@@ -136,6 +138,7 @@ class QuantWeight(nn.Module):
         self.register_buffer("scale", scale, persistent=False)
         self.in_features = data.shape[1] if type_id is None else qr.in_features(data, type_id)
         self.out_features = data.shape[0]
+        self.panels = self.row_lookups = False
         self.attach(None)  # the torch references until `attach` gives it our C++ kernels
 
     def attach(self, ops: ModuleType | None, activations: str = "float32") -> None:
@@ -164,6 +167,34 @@ class QuantWeight(nn.Module):
         if a8:
             bf16_from = self.bf16_min_rows
             self.a8_max_rows = ANY_ROWS if bf16_from == ANY_ROWS else bf16_from - 1
+        self.store_panels(self.a8_max_rows == ANY_ROWS and not self.row_lookups)
+
+    def store_panels(self, wanted: bool) -> None:
+        """Store the blocks as panels where ``wanted`` and our build's 8-bit GEMM reads them,
+        else in the file's layout. The GEMM then runs at every row count, widening the stored
+        codes as it loads them, with no per-call transpose: the bundled file's 210 projections
+        took 3.8 ms at 1 row against the one-row kernel's 7.2, 9.9 against 18.7 at 8, 62.3
+        against 69.4 at 64 (1 thread, Zen 4; BENCHMARKS.md). Only x's 8-bit kernels read
+        panels, so only weights that take them at every row count are stored so."""
+        rows = self.ops.q8_panel_rows() if self.ops is not None else 0
+        panels = (
+            wanted
+            and self.type_id is not None
+            and rows == qr.PANEL_ROWS
+            and self.out_features % rows == 0
+        )
+        if panels != self.panels:
+            assert self.type_id is not None
+            change = qr.pack_panels if panels else qr.unpack_panels
+            self.data = change(self.data, self.type_id)
+            self.panels = panels
+
+    def blocks(self) -> torch.Tensor:
+        """The weight's bytes in the file's layout (a copy where they are stored as panels)."""
+        if self.panels:
+            assert self.type_id is not None
+            return qr.unpack_panels(self.data, self.type_id)
+        return self.data
 
     @property
     def format_name(self) -> str:
@@ -171,7 +202,7 @@ class QuantWeight(nn.Module):
 
     def rows(self, index: torch.Tensor) -> torch.Tensor:
         """Float32 rows ``index`` of the weight (the embedding lookup)."""
-        data = self.data[index.reshape(-1)]
+        data = self.blocks()[index.reshape(-1)]
         if self.scale is not None:
             return data.float() * self.scale[index.reshape(-1), None]
         assert self.type_id is not None
@@ -187,8 +218,8 @@ class QuantWeight(nn.Module):
         else:
             assert self.type_id is not None
             if self.ops is not None:
-                return self.ops.gguf_dequantize(self.data, self.type_id, bf16)
-            w = qr.dequantize(self.data, self.type_id)
+                return self.ops.gguf_dequantize(self.blocks(), self.type_id, bf16)
+            w = qr.dequantize(self.blocks(), self.type_id)
         return w.to(torch.bfloat16) if bf16 else w
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -198,7 +229,7 @@ class QuantWeight(nn.Module):
             w = self.dequantize()
             return torch.nn.functional.linear(x, w, bias)
         if x.shape[0] <= self.a8_max_rows:
-            return ops.gguf_linear_q8(x, self.data, self.type_id, bias)
+            return ops.gguf_linear_q8(x, self.data, self.type_id, bias, self.panels)
         small = self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
         if x.shape[0] >= self.bf16_min_rows and small:
             # Transient: one weight in bf16 (3.5 MB at most for SmolLM2) for this call only.
@@ -243,7 +274,7 @@ class QuantLinear(nn.Module):
             if w.type_id is None:
                 return ops.int8_linear(x, w.data, w.scale, self.bias)
             if x.shape[0] <= w.a8_max_rows:
-                return ops.gguf_linear_q8(x, w.data, w.type_id, self.bias)
+                return ops.gguf_linear_q8(x, w.data, w.type_id, self.bias, w.panels)
             return ops.gguf_linear(x, w.data, w.type_id, self.bias)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
@@ -266,6 +297,8 @@ class QuantEmbedding(nn.Module):
         super().__init__()
         self.qweight = weight
         self.dtype = dtype
+        weight.row_lookups = True  # rows are read in the file's layout
+        weight.store_panels(False)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         rows = self.qweight.rows(input_ids)
