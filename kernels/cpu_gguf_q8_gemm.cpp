@@ -36,10 +36,21 @@ inline void transpose_rows(const uint8_t* at, int64_t ldw, __m512i* out) {
     }
 }
 
+// What 16 rows' bytes become, from the file (`pack`) or from stored panels (`rows`): a 4-bit code
+// vector's low nibbles (a block's group g) and high ones (group g + kGroups / 2), Q8_0's codes
+// made unsigned, and the d (and Q4_1's m) halves of the rows' (d, m) head dwords as floats.
+inline __m512i low_nibbles(__m512i q) { return _mm512_and_si512(q, _mm512_set1_epi8(0x0F)); }
+inline __m512i high_nibbles(__m512i q) { return low_nibbles(_mm512_srli_epi16(q, 4)); }
+inline __m512i unsigned_codes(__m512i q) {
+    return _mm512_xor_si512(q, _mm512_set1_epi8(char(0x80)));
+}
+inline __m512 head_d(__m512i head) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head)); }
+inline __m512 head_m(__m512i head) { return head_d(_mm512_srli_epi32(head, 16)); }
+
 struct Avx512Vnni {
     static constexpr int64_t kPanel = 16;  // weight rows a panel: one int32 lane each
     static constexpr int64_t kXRows = 4;   // rows of x per pass: 4 int + 4 float accumulators
-    static constexpr bool kPanels = true;  // reads stored panels (`rows_stored`)
+    static constexpr bool kPanels = true;  // `rows` also reads stored panels
 
     using Panel = PanelOf<__m512i, kPanel>;  // codes unsigned: Q8_0's + 128
 
@@ -47,44 +58,39 @@ struct Avx512Vnni {
     template <int64_t F>
     static void pack(const uint8_t* w, int64_t ldw, int64_t nb, Panel& p) {
         p.resize(nb);
-        const __m512i low4 = _mm512_set1_epi8(0x0F);
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* blk = w + b * block_bytes(F);
             __m512i head;
             transpose_rows<1>(blk, ldw, &head);
-            _mm512_storeu_ps(&p.d[b * kPanel], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head)));
-            if constexpr (F == kQ4_1)
-                _mm512_storeu_ps(&p.m[b * kPanel],
-                                 _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))));
+            _mm512_storeu_ps(&p.d[b * kPanel], head_d(head));
+            if constexpr (F == kQ4_1) _mm512_storeu_ps(&p.m[b * kPanel], head_m(head));
             __m512i* out = &p.codes[b * kGroups];
             if constexpr (F == kQ8_0) {
                 transpose_rows<4>(blk + 2, ldw, out);
                 transpose_rows<4>(blk + 18, ldw, out + 4);
-                for (int64_t g = 0; g < kGroups; ++g)
-                    out[g] = _mm512_xor_si512(out[g], _mm512_set1_epi8(char(0x80)));  // unsigned
+                for (int64_t g = 0; g < kGroups; ++g) out[g] = unsigned_codes(out[g]);
             } else {
                 __m512i q[4];
                 transpose_rows<4>(blk + (F == kQ4_1 ? 4 : 2), ldw, q);
                 for (int64_t g = 0; g < kGroups / 2; ++g) {
-                    out[g] = _mm512_and_si512(q[g], low4);
-                    out[g + kGroups / 2] = _mm512_and_si512(_mm512_srli_epi16(q[g], 4), low4);
+                    out[g] = low_nibbles(q[g]);
+                    out[g + kGroups / 2] = high_nibbles(q[g]);
                 }
             }
         }
     }
 
-    // R rows of x from r against a stored panel (cpu_q8_gemm.h: per block, the codes' dwords g
-    // of the 16 rows, 4 zmm or Q8_0's 8, then the rows' heads: Q4_1's (d, m) dwords, the
-    // others' d halves), its codes widened in registers as they are used. Expanding them into
-    // a Panel first (as `pack` does) and reading that back made a row 1.26x the one-row
-    // kernel's time on the file's layout (9.1 against 7.2 ms, the bundled file's 210 Q4_1
-    // projections streamed from DRAM, 1 thread, Zen 4); this way it is 3.8.
+    // `rows` against a stored panel (cpu_q8_gemm.h: per block, the codes' dwords g of the 16
+    // rows, 4 zmm or Q8_0's 8, then the rows' heads: Q4_1's (d, m) dwords, the others' d
+    // halves), its codes widened in registers as they are used. Expanding them into a Panel
+    // first (as `pack` does) and reading that back made a row 1.26x the one-row kernel's time
+    // on the file's layout (9.1 against 7.2 ms, the bundled file's 210 Q4_1 projections
+    // streamed from DRAM, 1 thread, Zen 4); this way it is 3.8.
     template <int64_t F, int64_t R>
-    static void rows_stored(const uint8_t* at, const XCodes& xc, int64_t r, float* out,
-                            int64_t ldo, int64_t valid) {
+    static void rows(const uint8_t* at, const XCodes& xc, int64_t r, float* out, int64_t ldo,
+                     int64_t valid) {
         const int64_t nb = xc.nb;
         constexpr int64_t code_vectors = F == kQ8_0 ? kGroups : kGroups / 2;
-        const __m512i low4 = _mm512_set1_epi8(0x0F);
         __m512 acc[R];
         for (int64_t j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; ++b, at += kPanel * block_bytes(F)) {
@@ -97,12 +103,11 @@ struct Avx512Vnni {
             for (int64_t g = 0; g < code_vectors; ++g) {
                 const __m512i q = _mm512_loadu_si512(at + g * 64);
                 if constexpr (F == kQ8_0) {
-                    const __m512i w = _mm512_xor_si512(q, _mm512_set1_epi8(char(0x80)));
+                    const __m512i w = unsigned_codes(q);
                     for (int64_t j = 0; j < R; ++j)
                         dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(load32(a[j] + 4 * g)));
                 } else {  // low nibbles: group g; high ones: group g + kGroups / 2
-                    const __m512i lo = _mm512_and_si512(q, low4);
-                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+                    const __m512i lo = low_nibbles(q), hi = high_nibbles(q);
                     for (int64_t j = 0; j < R; ++j) {
                         const int8_t* x = a[j] + 4 * g;
                         dots[j] = _mm512_dpbusd_epi32(dots[j], lo, _mm512_set1_epi32(load32(x)));
@@ -115,8 +120,8 @@ struct Avx512Vnni {
             __m512 d, m = _mm512_setzero_ps();
             if constexpr (F == kQ4_1) {
                 const __m512i head = _mm512_loadu_si512(heads);
-                d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
-                m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+                d = head_d(head);
+                m = head_m(head);
             } else {
                 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(heads)));
             }

@@ -138,9 +138,8 @@ struct Tiles {
 };
 
 // A thread's state: its buffers, and the tile configuration (per thread) loaded while it lives.
-struct TileThread {
-    Work work;
-    explicit TileThread(int64_t hs) : work(hs) {
+struct TileThread : Work {
+    explicit TileThread(int64_t hs) : Work(hs) {
         TileConfig config;
         for (int i = 0; i < 8; ++i) {
             config.rows[i] = kRows;
@@ -163,9 +162,8 @@ bool prefill_bf16_tiles(at::Tensor& out, const at::Tensor& q, const at::Tensor& 
 #ifdef PATERNOSTER_PREFILL_AMX
     const int64_t hs = q.size(2);
     if ((hs != 64 && hs != 128) || !amx_ready()) return false;
-    prefill_bf16::prefill<Tiles>(out, q, k_cache, v_cache, block_tables, seq_lens,
-                                 query_start_loc, scale,
-                                 [](int64_t head_size) { return TileThread(head_size); });
+    prefill_bf16::prefill<Tiles, TileThread>(out, q, k_cache, v_cache, block_tables, seq_lens,
+                                             query_start_loc, scale);
     return true;
 #else
     return false;

@@ -110,11 +110,6 @@ struct Dots {
         });
     }
 };
-
-struct DotThread {  // a thread's state: its buffers only
-    Work work;
-    explicit DotThread(int64_t hs) : work(hs) {}
-};
 #endif  // PATERNOSTER_PREFILL_BF16
 
 }  // namespace
@@ -132,8 +127,7 @@ bool paged_prefill_attention_bf16(at::Tensor out, const at::Tensor& q, const at:
 #ifdef PATERNOSTER_PREFILL_BF16
     if (q.size(2) % kPair != 0) return false;
     prefill_bf16::prefill<Dots>(out, q, k_cache, v_cache, block_tables, seq_lens,
-                                query_start_loc, scale,
-                                [](int64_t hs) { return DotThread(hs); });
+                                query_start_loc, scale);
     return true;
 #else
     return false;  // no AVX-512 BF16 in this build: the caller keeps the float32 kernel or SDPA

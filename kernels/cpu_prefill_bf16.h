@@ -218,13 +218,12 @@ inline std::vector<uint16_t> pack(const at::Tensor& k_cache, const at::Tensor& v
     return packed;
 }
 
-// The call with products P; each thread's state from make_state(hs) (a Work, and whatever P
-// needs set up per thread). Arguments checked by the caller.
-template <class P, class MakeState>
+// The call with products P. Each thread makes a State(head_size): a Work, or one that also sets
+// up what P needs per thread while it lives. Arguments checked by the caller.
+template <class P, class State = Work>
 void prefill(at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache,
              const at::Tensor& v_cache, const at::Tensor& block_tables,
-             const at::Tensor& seq_lens, const at::Tensor& query_start_loc, double scale,
-             MakeState make_state) {
+             const at::Tensor& seq_lens, const at::Tensor& query_start_loc, double scale) {
     const int64_t hs = q.size(2), num_seqs = seq_lens.size(0);
     const std::vector<PrefillTask> tasks =
         prefill_tasks(seq_lens, query_start_loc, k_cache.size(1), kTileTokens);
@@ -238,8 +237,8 @@ void prefill(at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache,
                     lens, query_start_loc.data_ptr<int32_t>(), q.size(1) / k_cache.size(1), hs,
                     static_cast<float>(scale), packed.data(), packed_of.data()};
     run_tasks(
-        tasks, [&] { return make_state(hs); },
-        [&](const PrefillTask& t, auto& state) { attend_tile<P>(args, t, state.work); });
+        tasks, [&] { return State(hs); },
+        [&](const PrefillTask& t, Work& work) { attend_tile<P>(args, t, work); });
 }
 
 }  // namespace prefill_bf16

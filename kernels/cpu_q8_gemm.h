@@ -12,7 +12,7 @@
 // they were stored as panels (`panels`; kernels/quant_reference.py `pack_panels`, the same
 // bytes: per block of a panel, its rows' code dwords one dword index after another, then
 // their heads), which only x's 8-bit kernels read. Each pass of rows then widens a stored
-// panel's codes in registers as it loads them (an ISA with kPanels and rows_stored<F, R>): no
+// panel's codes in registers as it loads them (an ISA with kPanels: `rows` on the bytes): no
 // transpose, and no Panel written to L1 and read back. On the bundled file's 210 Q4_1
 // projections (1 thread, Zen 4, ms) against the file's layout: 3.8 / 7.2 at 1 row (the
 // one-row kernel), 5.4 / 16.1 at 4, 9.9 / 18.7 at 8, 34.0 / 39.2 at 32, 62.3 / 69.4 at 64;
@@ -21,8 +21,8 @@
 // This header holds what every ISA shares: x's codes and the loop over panels. An ISA is a
 // struct (cpu_gguf_q8_gemm.cpp: AVX-512 VNNI; cpu_gguf_q8_gemm_avx2.cpp: AVX2's maddubs) with
 // kPanel, kXRows, a Panel type, pack<F>(w, ldw, nb, panel) of kPanel whole rows,
-// rows<F, R>(panel, xc, r, out, ldo, valid) and kPanels: whether it has
-// rows_stored<F, R>(at, xc, r, out, ldo, valid) for panels stored so.
+// rows<F, R>(panel, xc, r, out, ldo, valid) and kPanels: whether `rows` also takes a stored
+// panel's bytes in place of `panel`.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -79,23 +79,15 @@ struct PanelOf {
     }
 };
 
-// Every row of x against the panel, Isa::kXRows at a time, the last few in a pass of their own.
-template <class Isa, int64_t F, int64_t R = Isa::kXRows>
-void panel_all(const typename Isa::Panel& p, const XCodes& xc, int64_t r, int64_t rows,
-               float* out, int64_t ldo, int64_t valid) {
+// Every row of x against the panel (a packed Panel, or a stored one's bytes), Isa::kXRows at a
+// time, the last few in a pass of their own.
+template <class Isa, int64_t F, int64_t R = Isa::kXRows, class P>
+void panel_all(const P& p, const XCodes& xc, int64_t r, int64_t rows, float* out, int64_t ldo,
+               int64_t valid) {
     for (; rows >= R; rows -= R, r += R)
         Isa::template rows<F, R>(p, xc, r, out + r * ldo, ldo, valid);
     if constexpr (R > 1)
         if (rows > 0) panel_all<Isa, F, R - 1>(p, xc, r, rows, out, ldo, valid);
-}
-
-// `rows` (at most Isa::kXRows) of x from r against a stored panel in one pass.
-template <class Isa, int64_t F, int64_t R = Isa::kXRows>
-void stored_rows(const uint8_t* at, const XCodes& xc, int64_t r, int64_t rows, float* out,
-                 int64_t ldo, int64_t valid) {
-    if constexpr (R > 1)
-        if (rows < R) return stored_rows<Isa, F, R - 1>(at, xc, r, rows, out, ldo, valid);
-    Isa::template rows_stored<F, R>(at, xc, r, out + r * ldo, ldo, valid);
 }
 
 // out (rows, n) = x @ W.T, W's n rows of nb blocks of format F, a panel a task.
@@ -115,9 +107,7 @@ void panel_gemm(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int
             const uint8_t* rows_at = w + o * ldw;
             if constexpr (Isa::kPanels) {
                 if (panels) {  // n is a whole number of panels (gguf_linear_q8 checks)
-                    for (int64_t r = 0; r < rows; r += Isa::kXRows)
-                        stored_rows<Isa, F>(rows_at, xc, r, std::min(Isa::kXRows, rows - r),
-                                            out + o, n, valid);
+                    panel_all<Isa, F>(rows_at, xc, 0, rows, out + o, n, valid);
                     continue;
                 }
             }

@@ -33,11 +33,12 @@ class BlockFormat(NamedTuple):
     name: str
     type_id: int  # GGML's type number (gguf.GGMLQuantizationType)
     block_bytes: int
+    head_bytes: int  # before the codes: d (fp16), and Q4_1's m (fp16)
 
 
-Q4_0 = BlockFormat("Q4_0", 2, 18)
-Q4_1 = BlockFormat("Q4_1", 3, 20)
-Q8_0 = BlockFormat("Q8_0", 8, 34)
+Q4_0 = BlockFormat("Q4_0", 2, 18, 2)
+Q4_1 = BlockFormat("Q4_1", 3, 20, 4)
+Q8_0 = BlockFormat("Q8_0", 8, 34, 2)
 FORMATS = {f.type_id: f for f in (Q4_0, Q4_1, Q8_0)}
 
 
@@ -83,17 +84,11 @@ def weight_codes(
     n = blocks.shape[0]
     b = blocks.reshape(n, in_features(blocks, type_id) // BLOCK, fmt.block_bytes)
     d = _fp16(b[..., 0:2])[..., 0]
+    codes = b[..., fmt.head_bytes :]
     if fmt is Q8_0:
-        return b[..., 2:].contiguous().view(torch.int8).float(), d, torch.zeros_like(d)
-    packed = b[..., 4:] if fmt is Q4_1 else b[..., 2:]
-    q = torch.cat((packed & 0x0F, packed >> 4), dim=-1).float()
+        return codes.contiguous().view(torch.int8).float(), d, torch.zeros_like(d)
+    q = torch.cat((codes & 0x0F, codes >> 4), dim=-1).float()
     return q, d, _fp16(b[..., 2:4])[..., 0] if fmt is Q4_1 else -8.0 * d
-
-
-def _panel_parts(fmt: BlockFormat) -> tuple[int, int]:
-    """Bytes of a block's head (d, and Q4_1's m) and 4-byte code words a block has."""
-    head = 4 if fmt is Q4_1 else 2
-    return head, (fmt.block_bytes - head) // 4
 
 
 def pack_panels(blocks: torch.Tensor, type_id: int, rows: int = PANEL_ROWS) -> torch.Tensor:
@@ -106,7 +101,7 @@ def pack_panels(blocks: torch.Tensor, type_id: int, rows: int = PANEL_ROWS) -> t
     n = blocks.shape[0]
     if n % rows:
         raise ValueError(f"{n} weight rows are not whole panels of {rows}")
-    head, words = _panel_parts(fmt)
+    head, words = fmt.head_bytes, (fmt.block_bytes - fmt.head_bytes) // 4  # 4-byte code words
     nb = in_features(blocks, type_id) // BLOCK
     b = blocks.reshape(n // rows, rows, nb, fmt.block_bytes)
     codes = b[..., head:].reshape(n // rows, rows, nb, words, 4).permute(0, 2, 3, 1, 4)
@@ -119,7 +114,7 @@ def unpack_panels(panels: torch.Tensor, type_id: int, rows: int = PANEL_ROWS) ->
     """The file's layout of blocks that `pack_panels` stored as panels."""
     fmt = block_format(type_id)
     n = panels.shape[0]
-    head, words = _panel_parts(fmt)
+    head, words = fmt.head_bytes, (fmt.block_bytes - fmt.head_bytes) // 4
     nb = in_features(panels, type_id) // BLOCK
     p = panels.reshape(n // rows, nb, rows * fmt.block_bytes)
     codes = p[..., : rows * words * 4].reshape(n // rows, nb, words, rows, 4)

@@ -1,5 +1,6 @@
 """GGUF blocks stored as panels (`kernels.quant_reference.pack_panels`) and the 8-bit GEMM that
-reads them (`gguf_linear_q8(..., panels=True)`, kernels/cpu_gguf_q8_gemm.cpp's `load`), against
+reads them (`gguf_linear_q8(..., panels=True)`, kernels/cpu_gguf_q8_gemm.cpp's `rows` on
+stored bytes), against
 the reference of x rounded to 8 bits and against the same GEMM over the file's layout; and
 `QuantWeight` storing them where x is rounded at every row count, and only there."""
 
@@ -23,8 +24,7 @@ def random_blocks(n: int, k: int, fmt: qr.BlockFormat, seed: int = 0) -> torch.T
     nb = k // qr.BLOCK
     b = torch.randint(0, 256, (n, nb, fmt.block_bytes), dtype=torch.uint8, generator=gen)
     scales = (torch.rand(n, nb, 2, generator=gen) * 0.02).half().view(torch.uint8)
-    head = 4 if fmt is qr.Q4_1 else 2
-    b[..., :head] = scales.reshape(n, nb, 4)[..., :head]
+    b[..., : fmt.head_bytes] = scales.reshape(n, nb, 4)[..., : fmt.head_bytes]
     return b.reshape(n, -1)
 
 
@@ -43,7 +43,7 @@ def test_panels_hold_the_same_bytes_in_panel_order(fmt: qr.BlockFormat) -> None:
     assert torch.equal(qr.unpack_panels(panels, fmt.type_id), blocks)
     # Panel 1, block 2: code word g of row i is bytes head + 4g .. of row 16 + i's block 2; the
     # rows' heads follow all the words.
-    head = 4 if fmt is qr.Q4_1 else 2
+    head = fmt.head_bytes
     words = (fmt.block_bytes - head) // 4
     at = panels[16:32].reshape(-1)[2 * 16 * fmt.block_bytes :]
     for i, g in [(0, 0), (5, 1), (15, words - 1)]:
