@@ -10,7 +10,9 @@
 // This file's kernel takes 1-2 rows of x: a step is two blocks on AVX-512 (one zmm of 64
 // codes; int32 lanes 0-7 the first block's, 8-15 the second's) and one on AVX2 (a ymm; maddubs
 // + madd instead of vpdpbusd), primitives in cpu_q8_vec.h. More rows go to the panel GEMM
-// (cpu_q8_gemm.h), whose lanes are weight rows instead. vpdpbusd multiplies unsigned by signed
+// (cpu_q8_gemm.h), whose lanes are weight rows instead, and so do all rows of blocks stored as
+// panels (`--quant-activations int8`: the GEMM beat this kernel at 1 row on both ISAs once it
+// no longer transposed per call). vpdpbusd multiplies unsigned by signed
 // bytes: 4-bit codes are unsigned already, Q8_0's get +128 (undone by the block's offset, -128
 // d); AVX2's maddubs would saturate on those, so it takes |q| and moves q's sign onto x
 // (vpsignb), as llama.cpp does.
@@ -166,9 +168,9 @@ void q8_all(const float* x, int64_t ldx, Acts& acts, int64_t rows, const uint8_t
 
 at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
                           const c10::optional<at::Tensor>& bias, bool panels) {
-    TORCH_CHECK(!panels || (q8_panel_rows() > 0 && blocks.size(0) % q8_panel_rows() == 0),
-                "blocks stored as panels need a build that reads them (q8_panel_rows ",
-                q8_panel_rows(), ") and a whole number of panels (", blocks.size(0), " rows)");
+    TORCH_CHECK(!panels || blocks.size(0) % q8_panel_rows() == 0,
+                "blocks stored as panels must be a whole number of panels (", q8_panel_rows(),
+                " rows in this build; ", blocks.size(0), " rows)");
     return gguf_call(x, blocks, format, bias,
                      [panels](int64_t f, const float* xp, int64_t ldx, int64_t rows,
                               const uint8_t* wp, int64_t n, int64_t nb, float* op) {

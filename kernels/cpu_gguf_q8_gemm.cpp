@@ -50,7 +50,6 @@ inline __m512 head_m(__m512i head) { return head_d(_mm512_srli_epi32(head, 16));
 struct Avx512Vnni {
     static constexpr int64_t kPanel = 16;  // weight rows a panel: one int32 lane each
     static constexpr int64_t kXRows = 4;   // rows of x per pass: 4 int + 4 float accumulators
-    static constexpr bool kPanels = true;  // `rows` also reads stored panels
 
     using Panel = PanelOf<__m512i, kPanel>;  // codes unsigned: Q8_0's + 128
 

@@ -5,6 +5,12 @@
 // 30,480 < 32,767) and one vpmaddwd a block widens them: 8 + 8 + 1 integer ops a block where the
 // VNNI kernel takes 8. Q8_0's signed codes take llama.cpp's way around maddubs' unsigned side
 // (|q| times x with q's sign), and widen every group, as two products of them reach 32,512.
+//
+// A panel comes from the file's layout transposed per call (`pack`), or from the blocks stored
+// as 8-row panels at load (`Stored`), its codes widened in registers as they load. On the
+// bundled file's 210 Q4_1 projections (this build on a Zen 4, 1 thread, CPU ms), stored against
+// the file's layout (the one-row kernel below 3 rows): 3.3 / 7.6 at 1 row, 8.4 / 17.5 at 4,
+// 15.6 / 26.1 at 8, 30.2 / 40.1 at 16, 57.1 / 66.6 at 32 (BENCHMARKS.md, 2026-12-06).
 
 #include "cpu_q8_gemm.h"
 
@@ -40,17 +46,121 @@ inline __m256 low_halves(__m256i v) {
     return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08)));
 }
 
+// A 4-bit code vector's low nibbles (a block's group g) and high ones (group g + kGroups / 2).
+inline __m256i low_nibbles(__m256i q) { return _mm256_and_si256(q, _mm256_set1_epi8(0x0F)); }
+inline __m256i high_nibbles(__m256i q) { return low_nibbles(_mm256_srli_epi16(q, 4)); }
+inline __m256i load32b(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+constexpr int64_t kPanelRows = 8;  // weight rows a panel: one int32 lane of a ymm each
+using Panel8 = PanelOf<__m256i, kPanelRows>;  // codes Q8_0's signed, 4-bit ones 0-15
+
+// Block b of a packed panel, as `products` reads it: code vector g (lane i: weight row i's 4
+// codes of the block's group g), and the rows' d and m (Q4_1's mins).
+struct Packed {
+    const Panel8& p;
+    template <int64_t F>
+    __m256i codes(int64_t b, int64_t g) const { return p.codes[b * kGroups + g]; }
+    template <int64_t F>
+    void scales(int64_t b, __m256& d, __m256& m) const {
+        d = _mm256_loadu_ps(&p.d[b * kPanelRows]);
+        if constexpr (F == kQ4_1) m = _mm256_loadu_ps(&p.m[b * kPanelRows]);
+    }
+};
+
+// Block b of a stored panel (kernels/quant_reference.py `pack_panels`): the rows' code dwords
+// g, a ymm each (4-bit: 4, whose low nibbles are groups 0-3 and high ones 4-7; Q8_0: 8), then
+// the 8 rows' heads. No Panel is written: the codes are widened in registers as they load.
+struct Stored {
+    const uint8_t* at;
+    template <int64_t F>
+    static constexpr int64_t kWords = F == kQ8_0 ? kGroups : kGroups / 2;
+    template <int64_t F>
+    const uint8_t* block(int64_t b) const { return at + b * kPanelRows * block_bytes(F); }
+    template <int64_t F>
+    __m256i codes(int64_t b, int64_t g) const {
+        const __m256i q = load32b(block<F>(b) + 32 * (g % kWords<F>));
+        if constexpr (F == kQ8_0) return q;
+        return g < kWords<F> ? low_nibbles(q) : high_nibbles(q);
+    }
+    template <int64_t F>
+    void scales(int64_t b, __m256& d, __m256& m) const {
+        const uint8_t* heads = block<F>(b) + 32 * kWords<F>;
+        if constexpr (F == kQ4_1) {  // 8 (d, m) dwords: one shuffle puts d0-3 m0-3 | d4-7 m4-7
+            const __m256i order = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11,
+                                                   14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7,
+                                                   10, 11, 14, 15);
+            const __m256i dm = _mm256_permute4x64_epi64(
+                _mm256_shuffle_epi8(load32b(heads), order), 0xD8);  // d0-7 | m0-7
+            d = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
+            m = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
+        } else {  // 8 d halves
+            d = _mm256_cvtph_ps(load16(heads));
+        }
+    }
+};
+
+// out[j * ldo + i] for R rows of x (from r) and the panel's `valid` weight rows i, the panel's
+// blocks as `src` gives them (Packed or Stored).
+template <int64_t F, int64_t R, class Src>
+void products(const Src& src, const XCodes& xc, int64_t r, float* out, int64_t ldo,
+              int64_t valid) {
+    const int64_t nb = xc.nb;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R];
+    for (int64_t j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* a[R];
+        __m256i dots[R];
+        for (int64_t j = 0; j < R; ++j) {
+            a[j] = &xc.a[((r + j) * nb + b) * kBlock];
+            dots[j] = _mm256_set1_epi32(xc.init[(r + j) * nb + b]);
+        }
+        if constexpr (F == kQ8_0) {  // the one-row kernel's AVX2 product, cpu_q8_vec.h
+            for (int64_t g = 0; g < kGroups; ++g) {
+                const __m256i w = src.template codes<F>(b, g);
+                for (int64_t j = 0; j < R; ++j) {
+                    const __m256i x4 = _mm256_set1_epi32(load32(a[j] + 4 * g));
+                    dots[j] = q8::dot<F>(w, x4, dots[j]);
+                }
+            }
+        } else {
+            __m256i sums[R];
+            for (int64_t j = 0; j < R; ++j) sums[j] = _mm256_setzero_si256();
+            for (int64_t g = 0; g < kGroups; ++g) {
+                const __m256i w = src.template codes<F>(b, g);
+                for (int64_t j = 0; j < R; ++j) {
+                    const __m256i x4 = _mm256_set1_epi32(load32(a[j] + 4 * g));
+                    sums[j] = _mm256_add_epi16(sums[j], _mm256_maddubs_epi16(w, x4));
+                }
+            }
+            for (int64_t j = 0; j < R; ++j)
+                dots[j] = _mm256_add_epi32(dots[j], _mm256_madd_epi16(sums[j], ones));
+        }
+        __m256 d, m;
+        src.template scales<F>(b, d, m);
+        for (int64_t j = 0; j < R; ++j) {
+            const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xc.dx[(r + j) * nb + b]));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[j]), scale, acc[j]);
+            if constexpr (F == kQ4_1)
+                acc[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(xc.sdx[(r + j) * nb + b]), acc[j]);
+        }
+    }
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(valid)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int64_t j = 0; j < R; ++j) _mm256_maskstore_ps(out + j * ldo, live, acc[j]);
+}
+
 struct Avx2 {
-    static constexpr int64_t kPanel = 8;  // weight rows a panel: one int32 lane each
-    static constexpr bool kPanels = false;  // packs every call; stores no panels
+    static constexpr int64_t kPanel = kPanelRows;
     static constexpr int64_t kXRows = 4;  // 4 int16 + 4 float accumulators of 16 ymm
 
-    using Panel = PanelOf<__m256i, kPanel>;  // codes Q8_0's signed, 4-bit ones 0-15
+    using Panel = Panel8;
 
     template <int64_t F>
     static void pack(const uint8_t* w, int64_t ldw, int64_t nb, Panel& p) {
         p.resize(nb);
-        const __m256i low4 = _mm256_set1_epi8(0x0F);
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t* blk = w + b * block_bytes(F);
             __m256i head;
@@ -66,60 +176,24 @@ struct Avx2 {
                 __m256i q[4];
                 transpose8<4>(blk + (F == kQ4_1 ? 4 : 2), ldw, q);
                 for (int64_t g = 0; g < kGroups / 2; ++g) {
-                    out[g] = _mm256_and_si256(q[g], low4);
-                    out[g + kGroups / 2] = _mm256_and_si256(_mm256_srli_epi16(q[g], 4), low4);
+                    out[g] = low_nibbles(q[g]);
+                    out[g + kGroups / 2] = high_nibbles(q[g]);
                 }
             }
         }
     }
 
-    // out[j * ldo + i] for R rows of x (from r) and the panel's `valid` weight rows i.
     template <int64_t F, int64_t R>
     static void rows(const Panel& p, const XCodes& xc, int64_t r, float* out, int64_t ldo,
                      int64_t valid) {
-        const int64_t nb = xc.nb;
-        const __m256i ones = _mm256_set1_epi16(1);
-        __m256 acc[R];
-        for (int64_t j = 0; j < R; ++j) acc[j] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const __m256i* w = &p.codes[b * kGroups];
-            const int8_t* a[R];
-            __m256i dots[R];
-            for (int64_t j = 0; j < R; ++j) {
-                a[j] = &xc.a[((r + j) * nb + b) * kBlock];
-                dots[j] = _mm256_set1_epi32(xc.init[(r + j) * nb + b]);
-            }
-            if constexpr (F == kQ8_0) {  // the one-row kernel's AVX2 product, cpu_q8_vec.h
-                for (int64_t g = 0; g < kGroups; ++g)
-                    for (int64_t j = 0; j < R; ++j) {
-                        const __m256i x4 = _mm256_set1_epi32(load32(a[j] + 4 * g));
-                        dots[j] = q8::dot<F>(w[g], x4, dots[j]);
-                    }
-            } else {
-                __m256i sums[R];
-                for (int64_t j = 0; j < R; ++j) sums[j] = _mm256_setzero_si256();
-                for (int64_t g = 0; g < kGroups; ++g)
-                    for (int64_t j = 0; j < R; ++j) {
-                        const __m256i x4 = _mm256_set1_epi32(load32(a[j] + 4 * g));
-                        sums[j] = _mm256_add_epi16(sums[j], _mm256_maddubs_epi16(w[g], x4));
-                    }
-                for (int64_t j = 0; j < R; ++j)
-                    dots[j] = _mm256_add_epi32(dots[j], _mm256_madd_epi16(sums[j], ones));
-            }
-            const __m256 d = _mm256_loadu_ps(&p.d[b * kPanel]);
-            for (int64_t j = 0; j < R; ++j) {
-                const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xc.dx[(r + j) * nb + b]));
-                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[j]), scale, acc[j]);
-            }
-            if constexpr (F == kQ4_1) {
-                const __m256 m = _mm256_loadu_ps(&p.m[b * kPanel]);
-                for (int64_t j = 0; j < R; ++j)
-                    acc[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(xc.sdx[(r + j) * nb + b]), acc[j]);
-            }
-        }
-        const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(valid)),
-                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        for (int64_t j = 0; j < R; ++j) _mm256_maskstore_ps(out + j * ldo, live, acc[j]);
+        products<F, R>(Packed{p}, xc, r, out, ldo, valid);
+    }
+
+    // A stored panel's bytes in place of a Panel (`Stored`).
+    template <int64_t F, int64_t R>
+    static void rows(const uint8_t* at, const XCodes& xc, int64_t r, float* out, int64_t ldo,
+                     int64_t valid) {
+        products<F, R>(Stored{at}, xc, r, out, ldo, valid);
     }
 };
 
@@ -130,7 +204,7 @@ void gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, i
     panel_gemm_any<Avx2>(x, ldx, rows, w, n, nb, format, panels, out);
 }
 
-int64_t q8_panel_rows() { return 0; }
+int64_t q8_panel_rows() { return Avx2::kPanel; }
 #endif  // with VNNI: cpu_gguf_q8_gemm.cpp
 
 }  // namespace quant

@@ -8,21 +8,21 @@
 //
 // That needs the weights in another order: each call repacks a panel (its rows x k codes: 24 KB
 // at k = 1536 for 16 rows, in L1) and runs every row of x against it. The stored weights keep
-// the file's layout, which the exact kernels, the GEMM path and the embedding read, unless
-// they were stored as panels (`panels`; kernels/quant_reference.py `pack_panels`, the same
-// bytes: per block of a panel, its rows' code dwords one dword index after another, then
-// their heads), which only x's 8-bit kernels read. Each pass of rows then widens a stored
-// panel's codes in registers as it loads them (an ISA with kPanels: `rows` on the bytes): no
-// transpose, and no Panel written to L1 and read back. On the bundled file's 210 Q4_1
-// projections (1 thread, Zen 4, ms) against the file's layout: 3.8 / 7.2 at 1 row (the
-// one-row kernel), 5.4 / 16.1 at 4, 9.9 / 18.7 at 8, 34.0 / 39.2 at 32, 62.3 / 69.4 at 64;
-// 35 projections at 512 rows 76.7 / 83.4 (ops/bench/quant_linear.py: q4_1@int8 / q4_1_a8).
+// the file's layout, which the exact kernels and the GEMM path read, unless they were stored
+// as panels (`panels`; kernels/quant_reference.py `pack_panels`, the same bytes: per block of
+// a panel, its rows' code dwords one dword index after another, then their heads), which only
+// x's 8-bit kernels and a tied embedding's lookup read. Each pass of rows then widens a stored
+// panel's codes in registers as it loads them (`rows` on the bytes): no transpose, and no
+// Panel written to L1 and read back. On the bundled file's 210 Q4_1 projections (VNNI, 1
+// thread, Zen 4, ms) against the file's layout: 3.8 / 7.2 at 1 row (the one-row kernel), 5.4 /
+// 16.1 at 4, 9.9 / 18.7 at 8, 34.0 / 39.2 at 32, 62.3 / 69.4 at 64; 35 projections at 512 rows
+// 76.7 / 83.4 (ops/bench/quant_linear.py: q4_1@int8 / q4_1_a8). AVX2's 8-row panels:
+// cpu_gguf_q8_gemm_avx2.cpp.
 //
 // This header holds what every ISA shares: x's codes and the loop over panels. An ISA is a
 // struct (cpu_gguf_q8_gemm.cpp: AVX-512 VNNI; cpu_gguf_q8_gemm_avx2.cpp: AVX2's maddubs) with
-// kPanel, kXRows, a Panel type, pack<F>(w, ldw, nb, panel) of kPanel whole rows,
-// rows<F, R>(panel, xc, r, out, ldo, valid) and kPanels: whether `rows` also takes a stored
-// panel's bytes in place of `panel`.
+// kPanel, kXRows, a Panel type, pack<F>(w, ldw, nb, panel) of kPanel whole rows, and
+// rows<F, R>(panel, xc, r, out, ldo, valid), on a Panel or on a stored panel's bytes.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -105,11 +105,9 @@ void panel_gemm(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int
         for (int64_t p = begin; p < end; ++p) {
             const int64_t o = p * panel_rows, valid = std::min(panel_rows, n - o);
             const uint8_t* rows_at = w + o * ldw;
-            if constexpr (Isa::kPanels) {
-                if (panels) {  // n is a whole number of panels (gguf_linear_q8 checks)
-                    panel_all<Isa, F>(rows_at, xc, 0, rows, out + o, n, valid);
-                    continue;
-                }
+            if (panels) {  // n is a whole number of panels (gguf_linear_q8 checks)
+                panel_all<Isa, F>(rows_at, xc, 0, rows, out + o, n, valid);
+                continue;
             }
             if (valid < panel_rows) {  // the last panel: its rows copied beside zero ones
                 padded.assign(panel_rows * ldw, 0);

@@ -75,11 +75,11 @@ inline int32_t quantize_block(const float* xb, int8_t* a, float& dx) {
 
 // out (rows, n) = x @ W.T with x rounded as quantize_block, for many rows: cpu_q8_gemm.h's panel
 // GEMM, built by cpu_gguf_q8_gemm.cpp (AVX-512 VNNI) or cpu_gguf_q8_gemm_avx2.cpp (without);
-// W stored as panels where `panels` (only where q8_panel_rows() is not 0).
+// W stored as panels of q8_panel_rows() rows where `panels`.
 void gguf_gemm_q8(const float* x, int64_t ldx, int64_t rows, const uint8_t* w, int64_t n,
                   int64_t nb, int64_t format, bool panels, float* out);
 // Weight rows of the panels gguf_gemm_q8 reads stored (kernels/quant_reference.py
-// `pack_panels`): 16 in the AVX-512 VNNI build; 0 where it takes none (AVX2: per-call packing).
+// `pack_panels`): 16 in the AVX-512 VNNI build (a zmm's int32 lanes), 8 on AVX2 (a ymm's).
 int64_t q8_panel_rows();
 
 // Rows of x from which the exact linears run through an fp32 tile (cpu_gguf_tile.h) on either

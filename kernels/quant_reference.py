@@ -26,7 +26,6 @@ from typing import NamedTuple
 import torch
 
 BLOCK = 32  # weights per GGUF block, every format here
-PANEL_ROWS = 16  # weight rows of a stored panel: the AVX-512 GEMM's int32 lanes (`pack_panels`)
 
 
 class BlockFormat(NamedTuple):
@@ -91,7 +90,7 @@ def weight_codes(
     return q, d, _fp16(b[..., 2:4])[..., 0] if fmt is Q4_1 else -8.0 * d
 
 
-def pack_panels(blocks: torch.Tensor, type_id: int, rows: int = PANEL_ROWS) -> torch.Tensor:
+def pack_panels(blocks: torch.Tensor, type_id: int, rows: int) -> torch.Tensor:
     """GGUF blocks ``(n, row_bytes)`` stored as panels of ``rows`` weight rows, the same shape
     and bytes: per panel and block, the rows' code words (4 bytes) one word index after another
     (word g of every row, then word g + 1), then the rows' heads. What the 8-bit GEMM
@@ -110,17 +109,27 @@ def pack_panels(blocks: torch.Tensor, type_id: int, rows: int = PANEL_ROWS) -> t
     return torch.cat(parts, dim=-1).reshape(blocks.shape).contiguous()
 
 
-def unpack_panels(panels: torch.Tensor, type_id: int, rows: int = PANEL_ROWS) -> torch.Tensor:
+def unpack_panels(panels: torch.Tensor, type_id: int, rows: int) -> torch.Tensor:
     """The file's layout of blocks that `pack_panels` stored as panels."""
+    return panel_rows_of(panels, type_id, rows, torch.arange(panels.shape[0]))
+
+
+def panel_rows_of(
+    panels: torch.Tensor, type_id: int, rows: int, index: torch.Tensor
+) -> torch.Tensor:
+    """Weight rows ``index`` (1-D) in the file's layout, read from blocks `pack_panels` stored as
+    panels of ``rows``: each row's code words and heads taken where they lie in its panel (a
+    tied embedding's lookup reads a few rows so, no whole panel unpacked)."""
     fmt = block_format(type_id)
     n = panels.shape[0]
     head, words = fmt.head_bytes, (fmt.block_bytes - fmt.head_bytes) // 4
     nb = in_features(panels, type_id) // BLOCK
     p = panels.reshape(n // rows, nb, rows * fmt.block_bytes)
     codes = p[..., : rows * words * 4].reshape(n // rows, nb, words, rows, 4)
-    codes = codes.permute(0, 3, 1, 2, 4).reshape(n // rows, rows, nb, words * 4)
-    heads = p[..., rows * words * 4 :].reshape(n // rows, nb, rows, head).permute(0, 2, 1, 3)
-    return torch.cat((heads, codes), dim=-1).reshape(panels.shape).contiguous()
+    heads = p[..., rows * words * 4 :].reshape(n // rows, nb, rows, head)
+    panel, row = index // rows, index % rows
+    picked = (heads[panel, :, row], codes[panel, :, :, row].reshape(len(index), nb, words * 4))
+    return torch.cat(picked, dim=-1).reshape(len(index), -1)
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

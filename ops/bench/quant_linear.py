@@ -12,8 +12,9 @@ gate, up, down), run in layer order so they stream from DRAM each round as in a 
 slower on every machine since), ``q8_0`` and ``int8``
 (the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`), ``q4_1_a8`` and
 ``q8_0_a8`` (`gguf_linear_q8`: x rounded to 8 bits, integer dot products, on the file's
-layout), ``q4_1@MODE`` (the engine's `QuantWeight.linear` under each ``--quant-activations``
-mode; under ``int8`` the blocks are stored as panels where the build reads them); with ``--avx2``
+layout), ``q4_1_a8p`` and ``q8_0_a8p`` (the same on the blocks stored as panels of the
+build's `q8_panel_rows`), ``q4_1@MODE`` (the engine's `QuantWeight.linear` under each
+``--quant-activations`` mode; under ``int8`` the blocks are stored as panels); with ``--avx2``
 also each quantized system again as ``*_avx2``, the same kernels built with
 ``-march=haswell`` (their AVX2 paths, `cpu_ops.load("haswell")`) on this machine. Time is CPU
 time of the calling thread (``time.thread_time``, one torch thread), the median of ``--repeats``
@@ -87,6 +88,10 @@ def quantized_systems(module: Any, w: Weights, suffix: str = "") -> dict[str, li
     def q8_fn(b: torch.Tensor, t: int) -> Layer:
         return lambda x: module.gguf_linear_q8(x, b, t)
 
+    def panel_fn(b: torch.Tensor, t: int) -> Layer:
+        panels = qr.pack_panels(b, t, module.q8_panel_rows())
+        return lambda x: module.gguf_linear_q8(x, panels, t, None, True)
+
     def int8_fn(q: torch.Tensor, s: torch.Tensor) -> Layer:
         return lambda x: module.int8_linear(x, q, s)
 
@@ -95,6 +100,12 @@ def quantized_systems(module: Any, w: Weights, suffix: str = "") -> dict[str, li
         "q4_1_a8" + suffix: [(f.shape[1], q8_fn(b, 3)) for f, b in zip(w.fp32, w.q41, strict=True)],
         "q8_0" + suffix: [(f.shape[1], gguf_fn(b, 8)) for f, b in zip(w.fp32, w.q80, strict=True)],
         "q8_0_a8" + suffix: [(f.shape[1], q8_fn(b, 8)) for f, b in zip(w.fp32, w.q80, strict=True)],
+        "q4_1_a8p" + suffix: [
+            (f.shape[1], panel_fn(b, 3)) for f, b in zip(w.fp32, w.q41, strict=True)
+        ],
+        "q8_0_a8p" + suffix: [
+            (f.shape[1], panel_fn(b, 8)) for f, b in zip(w.fp32, w.q80, strict=True)
+        ],
         "int8" + suffix: [(q.shape[1], int8_fn(q, s)) for q, s in w.int8],
     }
 

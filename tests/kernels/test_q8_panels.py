@@ -1,8 +1,8 @@
 """GGUF blocks stored as panels (`kernels.quant_reference.pack_panels`) and the 8-bit GEMM that
-reads them (`gguf_linear_q8(..., panels=True)`, kernels/cpu_gguf_q8_gemm.cpp's `rows` on
-stored bytes), against
-the reference of x rounded to 8 bits and against the same GEMM over the file's layout; and
-`QuantWeight` storing them where x is rounded at every row count, and only there."""
+reads them (`gguf_linear_q8(..., panels=True)`: `rows` on stored bytes, 16-row panels in
+kernels/cpu_gguf_q8_gemm.cpp with AVX-512 VNNI, 8-row ones in cpu_gguf_q8_gemm_avx2.cpp),
+against the reference of x rounded to 8 bits and against the same GEMM over the file's layout;
+and `QuantWeight` storing them where x is rounded at every row count, and only there."""
 
 from __future__ import annotations
 
@@ -35,62 +35,84 @@ def ops() -> ModuleType:
     return module
 
 
+@pytest.fixture(scope="module")
+def avx2() -> ModuleType:
+    """The -march=haswell build: its AVX2 GEMM (about a minute on 2 cores the first time)."""
+    module = cpu_ops.load("haswell")
+    assert module is not None, cpu_ops.unavailable_reason("haswell")
+    return module
+
+
+@pytest.mark.parametrize("rows", [8, 16])
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
-def test_panels_hold_the_same_bytes_in_panel_order(fmt: qr.BlockFormat) -> None:
+def test_panels_hold_the_same_bytes_in_panel_order(fmt: qr.BlockFormat, rows: int) -> None:
     blocks = random_blocks(48, 96, fmt)
-    panels = qr.pack_panels(blocks, fmt.type_id)
+    panels = qr.pack_panels(blocks, fmt.type_id, rows)
     assert panels.shape == blocks.shape and not torch.equal(panels, blocks)
-    assert torch.equal(qr.unpack_panels(panels, fmt.type_id), blocks)
-    # Panel 1, block 2: code word g of row i is bytes head + 4g .. of row 16 + i's block 2; the
-    # rows' heads follow all the words.
+    assert torch.equal(qr.unpack_panels(panels, fmt.type_id, rows), blocks)
+    some = torch.tensor([47, 0, rows, rows - 1, 5, 5])
+    assert torch.equal(qr.panel_rows_of(panels, fmt.type_id, rows, some), blocks[some])
+    # Panel 1, block 2: code word g of row i is bytes head + 4g .. of row rows + i's block 2;
+    # the rows' heads follow all the words.
     head = fmt.head_bytes
     words = (fmt.block_bytes - head) // 4
-    at = panels[16:32].reshape(-1)[2 * 16 * fmt.block_bytes :]
-    for i, g in [(0, 0), (5, 1), (15, words - 1)]:
+    at = panels[rows : 2 * rows].reshape(-1)[2 * rows * fmt.block_bytes :]
+    for i, g in [(0, 0), (5, 1), (rows - 1, words - 1)]:
         start = 2 * fmt.block_bytes + head + 4 * g
-        word = (g * 16 + i) * 4
-        assert torch.equal(at[word : word + 4], blocks[16 + i, start : start + 4])
-        heads = words * 16 * 4 + i * head
-        row_head = blocks[16 + i, 2 * fmt.block_bytes : 2 * fmt.block_bytes + head]
+        word = (g * rows + i) * 4
+        assert torch.equal(at[word : word + 4], blocks[rows + i, start : start + 4])
+        heads = words * rows * 4 + i * head
+        row_head = blocks[rows + i, 2 * fmt.block_bytes : 2 * fmt.block_bytes + head]
         assert torch.equal(at[heads : heads + head], row_head)
-    with pytest.raises(ValueError, match="not whole panels of 16"):
-        qr.pack_panels(blocks[:40], fmt.type_id)
+    with pytest.raises(ValueError, match=f"not whole panels of {rows}"):
+        qr.pack_panels(blocks[:44], fmt.type_id, rows)
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
-def test_the_gemm_reads_stored_panels(ops: ModuleType, fmt: qr.BlockFormat) -> None:
-    """Every row count runs the GEMM over panels (no one-row kernel, no per-call transpose);
-    from the rows where the file's layout runs the same GEMM, the two agree bit for bit."""
-    if ops.q8_panel_rows() != qr.PANEL_ROWS:
-        pytest.skip("this build's 8-bit GEMM packs per call (AVX2): it reads no panels")
+def check_gemm_on_panels(module: ModuleType, fmt: qr.BlockFormat) -> None:
+    """Every row count runs the GEMM over ``module``'s panels (no one-row kernel, no per-call
+    transpose); from the rows where the file's layout runs the same GEMM (6 for every format
+    with VNNI, 3 or Q8_0's 6 on AVX2), the two agree bit for bit."""
     blocks = random_blocks(64, 160, fmt, seed=1)
-    panels = qr.pack_panels(blocks, fmt.type_id)
+    panels = qr.pack_panels(blocks, fmt.type_id, module.q8_panel_rows())
     bias = torch.randn(64)
     gen = torch.Generator().manual_seed(2)
     for rows in (1, 2, 5, 6, 17, 64, 130):
         x = torch.randn(rows, 160, generator=gen)
-        got = ops.gguf_linear_q8(x, panels, fmt.type_id, bias, True)
+        got = module.gguf_linear_q8(x, panels, fmt.type_id, bias, True)
         torch.testing.assert_close(got, qr.quant_linear_q8(x, blocks, fmt.type_id, bias))
         if rows >= 6:
-            assert torch.equal(got, ops.gguf_linear_q8(x, blocks, fmt.type_id, bias))
+            assert torch.equal(got, module.gguf_linear_q8(x, blocks, fmt.type_id, bias))
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_the_gemm_reads_stored_panels(ops: ModuleType, fmt: qr.BlockFormat) -> None:
+    check_gemm_on_panels(ops, fmt)
+
+
+@pytest.mark.slow  # the -march=haswell build, the first time
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_the_avx2_gemm_reads_stored_panels(avx2: ModuleType, fmt: qr.BlockFormat) -> None:
+    assert avx2.q8_panel_rows() == 8
+    check_gemm_on_panels(avx2, fmt)
 
 
 def test_panels_must_be_whole(ops: ModuleType) -> None:
-    blocks = random_blocks(24, 64, qr.Q4_1)
+    rows = ops.q8_panel_rows()
+    blocks = random_blocks(rows + 4, 64, qr.Q4_1)
     with pytest.raises(RuntimeError, match="whole number of panels"):
         ops.gguf_linear_q8(torch.randn(2, 64), blocks, qr.Q4_1.type_id, None, True)
 
 
 def test_quant_weights_store_panels_where_every_row_count_takes_them(ops: ModuleType) -> None:
-    """int8 activations: stored as panels (where the build reads them and the rows are whole
-    panels), read back in the file's layout for dequantizing; other activations, and weights an
-    embedding looks rows up in, keep the file's layout."""
+    """int8 activations: stored as panels of the build's rows (where the rows are whole
+    panels), read back in the file's layout for dequantizing and by the rows an embedding looks
+    up; other activations keep the file's layout."""
     blocks = random_blocks(64, 96, qr.Q4_1, seed=3)
     weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
     quant.attach(weight, ops, "int8")
-    supported = ops.q8_panel_rows() == qr.PANEL_ROWS
-    assert weight.panels is supported
-    assert torch.equal(weight.data, qr.pack_panels(blocks, 3) if supported else blocks)
+    rows = ops.q8_panel_rows()
+    assert weight.panels and weight.panel_rows == rows
+    assert torch.equal(weight.data, qr.pack_panels(blocks, 3, rows))
     assert weight.nbytes() == blocks.numel()
     assert torch.equal(weight.dequantize(), qr.dequantize(blocks, qr.Q4_1.type_id))
     x = torch.randn(3, 96)
@@ -99,24 +121,37 @@ def test_quant_weights_store_panels_where_every_row_count_takes_them(ops: Module
     )
     quant.attach(weight, ops, "float32")
     assert not weight.panels and torch.equal(weight.data, blocks)
-    odd = quant.QuantWeight(random_blocks(24, 96, qr.Q4_1), qr.Q4_1.type_id)
+    odd = quant.QuantWeight(random_blocks(rows + 4, 96, qr.Q4_1), qr.Q4_1.type_id)
     quant.attach(odd, ops, "int8")
-    assert not odd.panels  # 24 rows: not whole panels
+    assert not odd.panels  # not whole panels
     quant.attach(weight, ops, "int8")
-    quant.QuantEmbedding(weight, torch.float32)  # tied: rows are looked up
-    assert weight.row_lookups and not weight.panels and torch.equal(weight.data, blocks)
-    quant.attach(weight, ops, "int8")
-    assert not weight.panels
+    # Tied: an embedding looks rows up in the panels, each row's bytes gathered from its panel.
+    embedding = quant.QuantEmbedding(weight, torch.float32)
+    assert weight.panels
+    ids = torch.tensor([[0, 63, 17], [rows, rows - 1, 5]])
+    want = qr.dequantize(blocks[ids.reshape(-1)], qr.Q4_1.type_id).reshape(2, 3, 96)
+    assert torch.equal(embedding(ids), want)
+    quant.attach(weight, ops, "float32")
+    assert torch.equal(embedding(ids), want)
 
 
-@pytest.mark.slow  # the -march=haswell build takes about a minute on 2 cores the first time
-def test_the_avx2_build_reads_no_panels() -> None:
-    avx2 = cpu_ops.load("haswell")
-    assert avx2 is not None, cpu_ops.unavailable_reason("haswell")
-    assert avx2.q8_panel_rows() == 0
-    blocks = random_blocks(32, 64, qr.Q8_0)
+@pytest.mark.slow  # the -march=haswell build, the first time
+def test_weights_move_between_builds_with_their_panel_rows(
+    ops: ModuleType, avx2: ModuleType
+) -> None:
+    """Re-attached to a build of other panel rows, a weight is stored again in that build's
+    panels, from the same bytes, and gives that build's products."""
+    blocks = random_blocks(48, 64, qr.Q8_0, seed=4)
     weight = quant.QuantWeight(blocks, qr.Q8_0.type_id)
-    quant.attach(weight, avx2, "int8")
-    assert not weight.panels
-    with pytest.raises(RuntimeError, match="a build that reads them"):
-        avx2.gguf_linear_q8(torch.randn(2, 64), blocks, qr.Q8_0.type_id, None, True)
+    x = torch.randn(4, 64)
+    ids = torch.tensor([47, 0, 9, 8])
+    for module in (ops, avx2, ops):
+        quant.attach(weight, module, "int8")
+        rows = module.q8_panel_rows()
+        assert weight.panel_rows == rows
+        assert torch.equal(weight.data, qr.pack_panels(blocks, qr.Q8_0.type_id, rows))
+        torch.testing.assert_close(
+            weight.linear(x, None), qr.quant_linear_q8(x, blocks, qr.Q8_0.type_id, None)
+        )
+        assert torch.equal(weight.rows(ids), qr.dequantize(blocks[ids], qr.Q8_0.type_id))
+    assert torch.equal(weight.blocks(), blocks)

@@ -72,8 +72,9 @@ GEMM_MIN_ROWS = {"avx512": (80, 384), "avx2": (64, 384)}
 ANY_ROWS = 1 << 30  # a row count past any step's
 # `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
 # count: from a few rows (3-6, `gemm_min_rows` in kernels/cpu_gguf_q8.cpp) its panel GEMM
-# (kernels/cpu_q8_gemm.h) beats both exact paths for 4-bit blocks on either ISA (AVX2's exact
-# registers since 2026-12-06 are ahead at 3-4 rows: 12.4 / 15.9 and 14.2 / 17.4 ms). Q8_0 blocks
+# (kernels/cpu_q8_gemm.h) beats both exact paths for 4-bit blocks on either ISA. (AVX2's exact
+# registers were ahead at 3-4 rows, 14.3 / 17.5 ms at 4, until AVX2's panels were stored at load
+# too: 8.4 ms; the haswell build on a Zen 4, 2026-12-06.) Q8_0 blocks
 # on AVX-512 are the exception: exact 12.9 / a8 17.1 ms at 3 rows, 17.5 / 21.1 at 8, 31.3 /
 # 28.6 at 16 (AMX Xeon, 2026-12-05). Same bench, exact gguf_linear / best exact /
 # gguf_linear_q8:
@@ -124,8 +125,9 @@ class QuantWeight(nn.Module):
     gemm_min_rows: int
     a8_max_rows: int  # rows up to which x is rounded to 8 bits (`gguf_linear_q8`); 0: never
     bf16_min_rows: int  # rows from which x and the weight are rounded to bf16; ANY_ROWS: never
-    panels: bool  # `data` stored as panels (quant_reference.pack_panels), not the file's layout
-    row_lookups: bool  # an embedding looks rows up (`rows`): the file's layout stays
+    # Weight rows of each panel where `data` is stored as panels (quant_reference.pack_panels:
+    # the build's `q8_panel_rows`), 0 where it keeps the file's layout.
+    panel_rows: int
 
     def __init__(
         self, data: torch.Tensor, type_id: int | None, scale: torch.Tensor | None = None
@@ -138,7 +140,7 @@ class QuantWeight(nn.Module):
         self.register_buffer("scale", scale, persistent=False)
         self.in_features = data.shape[1] if type_id is None else qr.in_features(data, type_id)
         self.out_features = data.shape[0]
-        self.panels = self.row_lookups = False
+        self.panel_rows = 0
         self.attach(None)  # the torch references until `attach` gives it our C++ kernels
 
     def attach(self, ops: ModuleType | None, activations: str = "float32") -> None:
@@ -167,33 +169,37 @@ class QuantWeight(nn.Module):
         if a8:
             bf16_from = self.bf16_min_rows
             self.a8_max_rows = ANY_ROWS if bf16_from == ANY_ROWS else bf16_from - 1
-        self.store_panels(self.a8_max_rows == ANY_ROWS and not self.row_lookups)
+        self.store_panels(self.a8_max_rows == ANY_ROWS)
 
     def store_panels(self, wanted: bool) -> None:
-        """Store the blocks as panels where ``wanted`` and our build's 8-bit GEMM reads them,
-        else in the file's layout. The GEMM then runs at every row count, widening the stored
-        codes as it loads them, with no per-call transpose: the bundled file's 210 projections
-        took 3.8 ms at 1 row against the one-row kernel's 7.2, 9.9 against 18.7 at 8, 62.3
-        against 69.4 at 64 (1 thread, Zen 4; BENCHMARKS.md). Only x's 8-bit kernels read
-        panels, so only weights that take them at every row count are stored so."""
+        """Store the blocks as panels where ``wanted`` and our build's 8-bit GEMM reads them
+        (`q8_panel_rows`: 16 rows on AVX-512 VNNI, 8 on AVX2), else in the file's layout. The
+        GEMM then runs at every row count, widening the stored codes as it loads them, with no
+        per-call transpose: on VNNI the bundled file's 210 projections took 3.8 ms at 1 row
+        against the one-row kernel's 7.2, 9.9 against 18.7 at 8, 62.3 against 69.4 at 64 (1
+        thread, Zen 4; BENCHMARKS.md). Only x's 8-bit kernels read panels, so only weights that
+        take them at every row count are stored so; a tied embedding reads its rows from
+        them (`rows`)."""
         rows = self.ops.q8_panel_rows() if self.ops is not None else 0
-        panels = (
-            wanted
-            and self.type_id is not None
-            and rows == qr.PANEL_ROWS
-            and self.out_features % rows == 0
-        )
-        if panels != self.panels:
+        whole = rows > 0 and self.out_features % rows == 0
+        panel_rows = rows if wanted and self.type_id is not None and whole else 0
+        if panel_rows != self.panel_rows:
             assert self.type_id is not None
-            change = qr.pack_panels if panels else qr.unpack_panels
-            self.data = change(self.data, self.type_id)
-            self.panels = panels
+            data = self.blocks()  # the file's layout, from panels of any size
+            if panel_rows:
+                data = qr.pack_panels(data, self.type_id, panel_rows)
+            self.data, self.panel_rows = data, panel_rows
+
+    @property
+    def panels(self) -> bool:
+        """Whether `data` is stored as panels (`panel_rows`), not in the file's layout."""
+        return self.panel_rows > 0
 
     def blocks(self) -> torch.Tensor:
         """The weight's bytes in the file's layout (a copy where they are stored as panels)."""
         if self.panels:
             assert self.type_id is not None
-            return qr.unpack_panels(self.data, self.type_id)
+            return qr.unpack_panels(self.data, self.type_id, self.panel_rows)
         return self.data
 
     @property
@@ -202,9 +208,14 @@ class QuantWeight(nn.Module):
 
     def rows(self, index: torch.Tensor) -> torch.Tensor:
         """Float32 rows ``index`` of the weight (the embedding lookup)."""
-        data = self.blocks()[index.reshape(-1)]
+        flat = index.reshape(-1)
+        if self.panels:
+            assert self.type_id is not None
+            data = qr.panel_rows_of(self.data, self.type_id, self.panel_rows, flat)
+        else:
+            data = self.data[flat]
         if self.scale is not None:
-            return data.float() * self.scale[index.reshape(-1), None]
+            return data.float() * self.scale[flat, None]
         assert self.type_id is not None
         if self.ops is not None:
             return self.ops.gguf_dequantize(data, self.type_id)
@@ -297,8 +308,6 @@ class QuantEmbedding(nn.Module):
         super().__init__()
         self.qweight = weight
         self.dtype = dtype
-        weight.row_lookups = True  # rows are read in the file's layout
-        weight.store_panels(False)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         rows = self.qweight.rows(input_ids)

@@ -1,0 +1,38 @@
+#!/bin/bash
+# Alternated before/after runs, one process a run: before = a worktree of fa73215 at /tmp/before
+# (with /work/main's .venv linked in), after = /work/main. ARCH=haswell emulates AVX2 on an
+# AVX-512 CPU: our kernels built -march=haswell, MKL and oneDNN held to AVX2. What ran:
+#   ARCH=haswell bash ab.sh single; ARCH=haswell bash ab.sh engine ours-a8   # ab_avx2.txt
+#   bash ab.sh single; bash ab.sh engine ours-a8,ours-a8-kvbf16               # ab_native.txt
+# single: single_stream.py gguf+a8, two pairs; engine: engine.py SYSTEMS full, half, full, half.
+mode=$1 systems=$2 arch=${ARCH:-native} tag=${ARCH:-native}
+if [ "$arch" = haswell ]; then
+  export PATERNOSTER_CPU_ARCH=haswell MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+  tag=avx2
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+run() {  # side, name, command...
+  local side=$1 name=$2; shift 2
+  local dir=/work/main; [ $side = before ] && dir=/tmp/before
+  (cd $dir && "$@" > $here/$name.log 2>&1)
+}
+if [ "$mode" = single ]; then
+  for i in 1 2; do
+    for side in before after; do
+      name=${tag}_single_${side}_$i
+      run $side $name .venv/bin/python ops/bench/single_stream.py --quantization gguf+a8 \
+        --prompt-tokens 32 --tokens 128 --no-hf --repeats 3 --threads 2
+      echo "single $side $i $(date +%T) $(grep -E '^ours' $here/$name.log)"
+    done
+  done
+else
+  for spec in "64 1 full" "32 0.5 half" "64 1 full" "32 0.5 half"; do
+    set -- $spec
+    for side in before after; do
+      n=$(ls $here/${tag}_engine_${3}_${side}_*.json 2>/dev/null | wc -l); name=${tag}_engine_${3}_${side}_$((n+1))
+      run $side $name .venv/bin/python ops/bench/engine.py --systems $systems --num-requests $1 \
+        --scale $2 --threads 2 --out $here/$name.json
+      echo "$3 $side $((n+1)) $(date +%T) $(grep -E '^ours' $here/$name.log | tr -s ' ' | cut -d' ' -f1-3 | tr '\n' ' ')"
+    done
+  done
+fi
