@@ -12,10 +12,10 @@
 // + madd instead of vpdpbusd), primitives in cpu_q8_vec.h. More rows go to the panel GEMM
 // (cpu_q8_gemm.h), whose lanes are weight rows instead, and so do all rows of blocks stored as
 // panels (`--quant-activations int8`: the GEMM beat this kernel at 1 row on both ISAs once it
-// no longer transposed per call). vpdpbusd multiplies unsigned by signed
-// bytes: 4-bit codes are unsigned already, Q8_0's get +128 (undone by the block's offset, -128
-// d); AVX2's maddubs would saturate on those, so it takes |q| and moves q's sign onto x
-// (vpsignb), as llama.cpp does.
+// no longer transposed per call). vpdpbusd multiplies unsigned by signed bytes: 4-bit codes
+// are unsigned already, Q8_0's get +128 (undone by the block's offset, -128 d); AVX2's maddubs
+// would saturate on those, so it takes |q| and moves q's sign onto x (vpsignb), as llama.cpp
+// does.
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>

@@ -47,11 +47,80 @@ inline __m512i unsigned_codes(__m512i q) {
 inline __m512 head_d(__m512i head) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head)); }
 inline __m512 head_m(__m512i head) { return head_d(_mm512_srli_epi32(head, 16)); }
 
-struct Avx512Vnni {
-    static constexpr int64_t kPanel = 16;  // weight rows a panel: one int32 lane each
-    static constexpr int64_t kXRows = 4;   // rows of x per pass: 4 int + 4 float accumulators
+constexpr int64_t kPanelRows = 16;  // weight rows a panel: one int32 lane of a zmm each
 
-    using Panel = PanelOf<__m512i, kPanel>;  // codes unsigned: Q8_0's + 128
+using Panel = PanelOf<__m512i, kPanelRows>;  // codes unsigned: Q8_0's + 128
+using Packed = PackedOf<__m512i, kPanelRows, __m512>;
+
+// Block b of a stored panel (kernels/quant_reference.py `pack_panels`): the 16 rows' code
+// dwords g, a zmm each (4-bit: 4, whose low nibbles are groups 0-3 and high ones 4-7; Q8_0: 8),
+// then the rows' heads: Q4_1's (d, m) dwords, the others' d halves. Its codes are widened in
+// registers as they load. Expanding them into a Panel first (as `pack` does) and reading that
+// back made a row 1.26x the one-row kernel's time on the file's layout (9.1 against 7.2 ms, the
+// bundled file's 210 Q4_1 projections streamed from DRAM, 1 thread, Zen 4); this way it is 3.8.
+struct Stored {
+    const uint8_t* at;
+    template <int64_t F>
+    static constexpr int64_t kWords = F == kQ8_0 ? kGroups : kGroups / 2;
+    template <int64_t F>
+    const uint8_t* block(int64_t b) const { return at + b * kPanelRows * block_bytes(F); }
+    template <int64_t F>
+    __m512i codes(int64_t b, int64_t g) const {
+        const __m512i q = _mm512_loadu_si512(block<F>(b) + 64 * (g % kWords<F>));
+        if constexpr (F == kQ8_0) return unsigned_codes(q);
+        return g < kWords<F> ? low_nibbles(q) : high_nibbles(q);
+    }
+    template <int64_t F>
+    void scales(int64_t b, __m512& d, __m512& m) const {
+        const uint8_t* heads = block<F>(b) + 64 * kWords<F>;
+        if constexpr (F == kQ4_1) {
+            const __m512i head = _mm512_loadu_si512(heads);
+            d = head_d(head);
+            m = head_m(head);
+        } else {
+            d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(heads)));
+        }
+    }
+};
+
+// out[j * ldo + i] for R rows of x (from r) and the panel's `valid` weight rows i, the panel's
+// blocks as `src` gives them (Packed or Stored).
+template <int64_t F, int64_t R, class Src>
+void products(const Src& src, const XCodes& xc, int64_t r, float* out, int64_t ldo,
+              int64_t valid) {
+    const int64_t nb = xc.nb;
+    __m512 acc[R];
+    for (int64_t j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* a[R];
+        __m512i dots[R];
+        for (int64_t j = 0; j < R; ++j) {
+            a[j] = &xc.a[((r + j) * nb + b) * kBlock];
+            dots[j] = _mm512_set1_epi32(xc.init[(r + j) * nb + b]);
+        }
+        for (int64_t g = 0; g < kGroups; ++g) {
+            const __m512i w = src.template codes<F>(b, g);
+            for (int64_t j = 0; j < R; ++j)
+                dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(load32(a[j] + 4 * g)));
+        }
+        __m512 d, m;
+        src.template scales<F>(b, d, m);
+        for (int64_t j = 0; j < R; ++j) {
+            const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xc.dx[(r + j) * nb + b]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[j]), scale, acc[j]);
+            if constexpr (F == kQ4_1)
+                acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(xc.sdx[(r + j) * nb + b]), acc[j]);
+        }
+    }
+    const __mmask16 live = __mmask16((1u << valid) - 1);
+    for (int64_t j = 0; j < R; ++j) _mm512_mask_storeu_ps(out + j * ldo, live, acc[j]);
+}
+
+struct Avx512Vnni {
+    static constexpr int64_t kPanel = kPanelRows;
+    static constexpr int64_t kXRows = 4;  // rows of x per pass: 4 int + 4 float accumulators
+
+    using Panel = quant::Panel;
 
     // 16 whole rows, transposed (`transpose_rows`).
     template <int64_t F>
@@ -79,94 +148,18 @@ struct Avx512Vnni {
         }
     }
 
-    // `rows` against a stored panel (cpu_q8_gemm.h: per block, the codes' dwords g of the 16
-    // rows, 4 zmm or Q8_0's 8, then the rows' heads: Q4_1's (d, m) dwords, the others' d
-    // halves), its codes widened in registers as they are used. Expanding them into a Panel
-    // first (as `pack` does) and reading that back made a row 1.26x the one-row kernel's time
-    // on the file's layout (9.1 against 7.2 ms, the bundled file's 210 Q4_1 projections
-    // streamed from DRAM, 1 thread, Zen 4); this way it is 3.8.
-    template <int64_t F, int64_t R>
-    static void rows(const uint8_t* at, const XCodes& xc, int64_t r, float* out, int64_t ldo,
-                     int64_t valid) {
-        const int64_t nb = xc.nb;
-        constexpr int64_t code_vectors = F == kQ8_0 ? kGroups : kGroups / 2;
-        __m512 acc[R];
-        for (int64_t j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b, at += kPanel * block_bytes(F)) {
-            __m512i dots[R];
-            const int8_t* a[R];
-            for (int64_t j = 0; j < R; ++j) {
-                dots[j] = _mm512_set1_epi32(xc.init[(r + j) * nb + b]);
-                a[j] = &xc.a[((r + j) * nb + b) * kBlock];
-            }
-            for (int64_t g = 0; g < code_vectors; ++g) {
-                const __m512i q = _mm512_loadu_si512(at + g * 64);
-                if constexpr (F == kQ8_0) {
-                    const __m512i w = unsigned_codes(q);
-                    for (int64_t j = 0; j < R; ++j)
-                        dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(load32(a[j] + 4 * g)));
-                } else {  // low nibbles: group g; high ones: group g + kGroups / 2
-                    const __m512i lo = low_nibbles(q), hi = high_nibbles(q);
-                    for (int64_t j = 0; j < R; ++j) {
-                        const int8_t* x = a[j] + 4 * g;
-                        dots[j] = _mm512_dpbusd_epi32(dots[j], lo, _mm512_set1_epi32(load32(x)));
-                        dots[j] = _mm512_dpbusd_epi32(dots[j], hi,
-                                                      _mm512_set1_epi32(load32(x + 2 * kGroups)));
-                    }
-                }
-            }
-            const uint8_t* heads = at + code_vectors * 64;
-            __m512 d, m = _mm512_setzero_ps();
-            if constexpr (F == kQ4_1) {
-                const __m512i head = _mm512_loadu_si512(heads);
-                d = head_d(head);
-                m = head_m(head);
-            } else {
-                d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(heads)));
-            }
-            for (int64_t j = 0; j < R; ++j) {
-                const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xc.dx[(r + j) * nb + b]));
-                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[j]), scale, acc[j]);
-                if constexpr (F == kQ4_1)
-                    acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(xc.sdx[(r + j) * nb + b]), acc[j]);
-            }
-        }
-        const __mmask16 live = __mmask16((1u << valid) - 1);
-        for (int64_t j = 0; j < R; ++j) _mm512_mask_storeu_ps(out + j * ldo, live, acc[j]);
-    }
-
-    // out[j * ldo + i] for R rows of x (from r) and the panel's `valid` weight rows i.
     template <int64_t F, int64_t R>
     static void rows(const Panel& p, const XCodes& xc, int64_t r, float* out, int64_t ldo,
                      int64_t valid) {
-        const int64_t nb = xc.nb;
-        __m512 acc[R];
-        for (int64_t j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            __m512i dots[R];
-            for (int64_t j = 0; j < R; ++j) dots[j] = _mm512_set1_epi32(xc.init[(r + j) * nb + b]);
-            for (int64_t g = 0; g < kGroups; ++g) {
-                const __m512i w = p.codes[b * kGroups + g];
-                for (int64_t j = 0; j < R; ++j) {
-                    const int8_t* a = &xc.a[((r + j) * nb + b) * kBlock + 4 * g];
-                    dots[j] = _mm512_dpbusd_epi32(dots[j], w, _mm512_set1_epi32(load32(a)));
-                }
-            }
-            const __m512 d = _mm512_loadu_ps(&p.d[b * kPanel]);
-            for (int64_t j = 0; j < R; ++j) {
-                const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xc.dx[(r + j) * nb + b]));
-                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[j]), scale, acc[j]);
-            }
-            if constexpr (F == kQ4_1) {
-                const __m512 m = _mm512_loadu_ps(&p.m[b * kPanel]);
-                for (int64_t j = 0; j < R; ++j)
-                    acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(xc.sdx[(r + j) * nb + b]), acc[j]);
-            }
-        }
-        const __mmask16 live = __mmask16((1u << valid) - 1);
-        for (int64_t j = 0; j < R; ++j) _mm512_mask_storeu_ps(out + j * ldo, live, acc[j]);
+        products<F, R>(Packed{p}, xc, r, out, ldo, valid);
     }
 
+    // A stored panel's bytes in place of a Panel (`Stored`).
+    template <int64_t F, int64_t R>
+    static void rows(const uint8_t* at, const XCodes& xc, int64_t r, float* out, int64_t ldo,
+                     int64_t valid) {
+        products<F, R>(Stored{at}, xc, r, out, ldo, valid);
+    }
 };
 
 }  // namespace

@@ -54,20 +54,9 @@ inline __m256i load32b(const uint8_t* p) {
 }
 
 constexpr int64_t kPanelRows = 8;  // weight rows a panel: one int32 lane of a ymm each
-using Panel8 = PanelOf<__m256i, kPanelRows>;  // codes Q8_0's signed, 4-bit ones 0-15
 
-// Block b of a packed panel, as `products` reads it: code vector g (lane i: weight row i's 4
-// codes of the block's group g), and the rows' d and m (Q4_1's mins).
-struct Packed {
-    const Panel8& p;
-    template <int64_t F>
-    __m256i codes(int64_t b, int64_t g) const { return p.codes[b * kGroups + g]; }
-    template <int64_t F>
-    void scales(int64_t b, __m256& d, __m256& m) const {
-        d = _mm256_loadu_ps(&p.d[b * kPanelRows]);
-        if constexpr (F == kQ4_1) m = _mm256_loadu_ps(&p.m[b * kPanelRows]);
-    }
-};
+using Panel = PanelOf<__m256i, kPanelRows>;  // codes Q8_0's signed, 4-bit ones 0-15
+using Packed = PackedOf<__m256i, kPanelRows, __m256>;
 
 // Block b of a stored panel (kernels/quant_reference.py `pack_panels`): the rows' code dwords
 // g, a ymm each (4-bit: 4, whose low nibbles are groups 0-3 and high ones 4-7; Q8_0: 8), then
@@ -156,7 +145,7 @@ struct Avx2 {
     static constexpr int64_t kPanel = kPanelRows;
     static constexpr int64_t kXRows = 4;  // 4 int16 + 4 float accumulators of 16 ymm
 
-    using Panel = Panel8;
+    using Panel = quant::Panel;
 
     template <int64_t F>
     static void pack(const uint8_t* w, int64_t ldw, int64_t nb, Panel& p) {

@@ -28,6 +28,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "cpu_q8_vec.h"
@@ -76,6 +77,22 @@ struct PanelOf {
         codes.resize(nb * kGroups);
         d.resize(nb * Rows);
         m.resize(nb * Rows);
+    }
+};
+
+// Block b of a packed PanelOf<V, Rows>, as an ISA's `products` reads it (the ISA's Stored reads
+// a stored panel's bytes the same way): code vector g (lane i: weight row i's 4 codes of the
+// block's group g), and the rows' d and m (Q4_1's mins) as VF, a float vector of Rows lanes.
+template <class V, int64_t Rows, class VF>
+struct PackedOf {
+    static_assert(sizeof(VF) == Rows * sizeof(float), "VF holds one float a weight row");
+    const PanelOf<V, Rows>& p;
+    template <int64_t F>
+    V codes(int64_t b, int64_t g) const { return p.codes[b * kGroups + g]; }
+    template <int64_t F>
+    void scales(int64_t b, VF& d, VF& m) const {
+        std::memcpy(&d, &p.d[b * Rows], sizeof(VF));
+        if constexpr (F == kQ4_1) std::memcpy(&m, &p.m[b * Rows], sizeof(VF));
     }
 };
 
