@@ -110,3 +110,16 @@ def test_the_timer_feeds_the_interval_between_schedules_but_not_an_idle_one() ->
     timer.planned(SchedulerOutput((), 0, ()), 9.0)  # nothing to run: no step to time
     timer.begin(9.5, busy=True)
     assert model.num_steps == 1
+
+
+def test_the_fit_solves_as_numpy_does_also_where_rows_must_swap() -> None:
+    import numpy as np
+
+    from worker.engine.step_cost import _solve
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a = rng.normal(size=(4, 4))
+        a[0, 0] = 1e-12  # a zero pivot unless the rows are swapped
+        b = rng.normal(size=4)
+        assert _solve(a.tolist(), b.tolist()) == pytest.approx(np.linalg.solve(a, b), rel=1e-9)

@@ -27,8 +27,8 @@ from worker.engine.outputs import Completion, RequestOutput
 from worker.engine.overlap import OverlapLoop, overlap_mode
 from worker.engine.prefix_cache import PrefixCacheStats
 from worker.engine.prompt import InvalidRequestError, PromptTooLongError, encode_prompt
-from worker.engine.request_state import RequestState, sampling_rows
-from worker.engine.sampler import Sampler, TokenLogprobs
+from worker.engine.request_state import EmitRow, RequestState, sampling_rows
+from worker.engine.sampler import Sampler
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler import Scheduler
 from worker.engine.scheduler_output import SchedulerOutput
@@ -232,12 +232,8 @@ class LLMEngine:
             rows = sampling_rows(states)
             sampled, bad_rows = sample_contained(self.sampler, result.logits, rows)
             failed |= {states[row].seq.seq_id: why for row, why in bad_rows.items()}
-            append = self._append
-            for state, token, lps in zip(states, sampled.token_ids, sampled.logprobs, strict=True):
-                if not failed or state.seq.seq_id not in failed:
-                    out = append(state, token, lps, failed)
-                    if out is not None:
-                        outputs.append(out)
+            ids, lps = sampled.token_ids, sampled.logprobs
+            self._emit(zip(states, ids, lps, itertools.repeat(None)), failed, outputs)
         return outputs + self._fail(failed) if failed else outputs
 
     def _schedule(self) -> SchedulerOutput:
@@ -248,27 +244,28 @@ class LLMEngine:
         self.last_num_batched_tokens = decision.num_batched_tokens
         return decision
 
-    def _append(
-        self,
-        state: RequestState,
-        token: int,
-        logprobs: TokenLogprobs | None,
-        failed: Failures,
-        n: int | None = None,  # the sequence holds the token already, as its n-th: emit only
-    ) -> RequestOutput | None:
-        """``state``'s output for ``token``, its request finished if the token ends it; None,
-        and the request in ``failed``, if that raised."""
-        try:
-            if n is None:
-                out, reason = state.append(token, logprobs)
-            else:
-                out, reason = state.emit(token, logprobs, n)
-        except Exception as exc:  # e.g. the detokenizer on one request: that request only
-            failed[state.seq.seq_id] = describe(exc)
-            return None
-        if reason is not None:
-            self._finish(state, reason)
-        return out
+    def _emit(
+        self, rows: Iterable[EmitRow], failed: Failures, outputs: list[RequestOutput]
+    ) -> None:
+        """Each row's output for its token into ``outputs``, its request finished if the token
+        ends it; a row whose request is in ``failed`` is skipped, and one that raises puts its
+        request there. A row's ``n`` (None: `RequestState.append`): the sequence holds the
+        token already, as its n-th, so it is only emitted (the overlapped loop's). One loop
+        over the step's rows: a call a row cost ~0.03 ms at 256 rows."""
+        for state, token, lps, n in rows:
+            if failed and state.seq.seq_id in failed:
+                continue
+            try:
+                if n is None:
+                    out, reason = state.append(token, lps)
+                else:
+                    out, reason = state.emit(token, lps, n)
+            except Exception as exc:  # e.g. the detokenizer on one request: that request only
+                failed[state.seq.seq_id] = describe(exc)
+                continue
+            if reason is not None:
+                self._finish(state, reason)
+            outputs.append(out)
 
     def _fail(self, failed: Failures) -> list[RequestOutput]:
         """End every request one of whose choices failed in this step, all its choices, with
@@ -283,7 +280,7 @@ class LLMEngine:
                 self.scheduler.finish(s.seq, FinishReason.ERROR)
                 s.seq.drop_placeholders()
                 out = s.output((), s.detokenizer.finish(), (), FinishReason.ERROR)
-                outputs.append(dataclasses.replace(out, error=why))
+                outputs.append(out._replace(error=why))
         return outputs
 
     def _finish(self, state: RequestState, reason: FinishReason) -> None:

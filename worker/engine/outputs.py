@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from worker.engine.sampler import TokenLogprobs
 from worker.engine.sequence import FinishReason
 
-_new = object.__new__
+_tuple_new = tuple.__new__
 
 
-@dataclass(frozen=True)
-class RequestOutput:
-    """One request's progress in one step: the tokens sampled and the text they make."""
+class RequestOutput(NamedTuple):
+    """One request's progress in one step: the tokens sampled and the text they make.
+
+    A named tuple, as `ScheduledSequence`: one is built per request per step. Through `fast`,
+    0.18 us against 0.84 for the frozen dataclass it was, whose fields went into its
+    ``__dict__`` one by one (2-core Xeon, `timeit`; 0.17 ms of a 256-row decode step).
+    """
 
     request_id: str
     new_token_ids: tuple[int, ...]
@@ -25,26 +29,21 @@ class RequestOutput:
     num_output_tokens: int
     logprobs: tuple[TokenLogprobs, ...] = ()
     # Which of the request's params.n choices progressed; `finished` is this choice's. The
-    # request is done when every choice has finished.
-    index: int = 0
+    # request is done when every choice has finished. (The field hides `tuple.index`, a method
+    # nothing here calls.)
+    index: int = 0  # type: ignore[assignment]
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     error: str | None = None  # with finish_reason "error": what failed, for the caller
     # With error: the exception's class when the request itself was at fault (a constraint that
     # does not compile: grammar.GrammarError); None for a failure of the engine's own.
     error_type: type[Exception] | None = None
 
-    @staticmethod
-    def fixed_fields(request_id: str, num_prompt_tokens: int, index: int) -> dict[str, Any]:
-        """The fields one choice's outputs share, with every default: what `fast` starts from
-        (made once per choice)."""
-        fixed = dict(_DEFAULTS)
-        fixed.update(request_id=request_id, num_prompt_tokens=num_prompt_tokens, index=index)
-        return fixed
-
     @classmethod
     def fast(
         cls,
-        fixed: Mapping[str, Any],
+        request_id: str,
+        num_prompt_tokens: int,
+        index: int,
         new_token_ids: tuple[int, ...],
         text_delta: str,
         finish_reason: FinishReason | None,
@@ -52,25 +51,25 @@ class RequestOutput:
         logprobs: tuple[TokenLogprobs, ...],
         num_cached_tokens: int,
     ) -> RequestOutput:
-        """A step's output without the frozen ``__init__``'s ``object.__setattr__`` per field;
-        ``fixed``: its choice's `fixed_fields`. 0.65 us against 1.44 through ten keywords
-        (2-core AMD EPYC; one per request per step). Not checked: the engine's own callers
-        pass the fields (`RequestState.output`)."""
-        out = _new(cls)
-        values = out.__dict__
-        values.update(fixed)
-        values["new_token_ids"] = new_token_ids
-        values["text_delta"] = text_delta
-        values["finished"] = finish_reason is not None
-        values["finish_reason"] = finish_reason
-        values["num_output_tokens"] = num_output_tokens
-        values["logprobs"] = logprobs
-        values["num_cached_tokens"] = num_cached_tokens
-        return out
-
-
-# Every field that has a default, for `RequestOutput.fixed_fields`.
-_DEFAULTS = {f.name: f.default for f in fields(RequestOutput) if f.default is not MISSING}
+        """A step's output, built as a tuple of every field in order (the named tuple's own
+        constructor is a Python call with keywords); no error."""
+        return _tuple_new(
+            cls,
+            (
+                request_id,
+                new_token_ids,
+                text_delta,
+                finish_reason is not None,
+                finish_reason,
+                num_prompt_tokens,
+                num_output_tokens,
+                logprobs,
+                index,
+                num_cached_tokens,
+                None,
+                None,
+            ),
+        )
 
 
 @dataclass(frozen=True)

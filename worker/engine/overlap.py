@@ -46,8 +46,7 @@ import torch
 
 from worker.engine.config import EngineConfig
 from worker.engine.outputs import RequestOutput
-from worker.engine.request_state import RequestState, sampling_rows
-from worker.engine.sampler import TokenLogprobs
+from worker.engine.request_state import EmitRow, sampling_rows
 from worker.engine.sampling_rows import LOGPROBS, PROCESSED
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.step_faults import Failures
@@ -66,7 +65,7 @@ Mode = Literal["off", "async", "thread"]
 # overlap itself does not pay on 2 cores; one intra-op thread does (not this module's to set).
 DEFAULT_MODES: dict[str, Mode] = {"cuda": "async", "cpu": "off"}
 # (state, token, logprobs, the sequence's length with the token) of rows whose text waits.
-Deferred = list[tuple[RequestState, int, TokenLogprobs | None, int]]
+Deferred = list[EmitRow]
 # Rows whose next step must wait for their ids on the host (module docstring).
 NEEDS_IDS = PROCESSED | LOGPROBS
 
@@ -111,12 +110,12 @@ class OverlapLoop:
         if launched is not None:
             e.scheduler.update(launched)  # after the resolve: the blocks it names hold real ids
         failed: Failures = {}
-        append, live = e._append, e._states
-        for state, token, lps, n in deferred:
-            if state.seq.seq_id in live and not state.seq.is_finished:
-                out = append(state, token, lps, failed, n)
-                if out is not None:
-                    outputs.append(out)
+        live = e._states
+        e._emit(
+            (r for r in deferred if r[0].seq.seq_id in live and not r[0].seq.is_finished),
+            failed,
+            outputs,
+        )
         return outputs + e._fail(failed) if failed else outputs
 
     def _launch(self) -> SchedulerOutput | None:
@@ -152,9 +151,7 @@ class OverlapLoop:
                 continue  # aborted, finished or failed since launch: its token is dropped
             n = places[seq_id] + 1
             if state.take(token, n - 1):
-                out = e._append(state, token, lps, failed, n)
-                if out is not None:
-                    outputs.append(out)
+                e._emit(((state, token, lps, n),), failed, outputs)
             else:
                 deferred.append((state, token, lps, n))
         return outputs + e._fail(failed)

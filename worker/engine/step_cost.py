@@ -16,11 +16,10 @@ scaled to the machine by the steps it has seen.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import astuple, dataclass
 from typing import NamedTuple
-
-import numpy as np
 
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 
@@ -90,11 +89,32 @@ PRIOR = StepCost(
     base_s=0.040, per_decode_s=0.0015, per_prefill_token_s=0.00075, per_context_token_s=6e-6
 )
 # Typical magnitudes of each term's feature, so the prior weighs about equally on each.
-_SCALE = np.array([1.0, 64.0, 512.0, 65536.0])
+_SCALE = (1.0, 64.0, 512.0, 65536.0)
 
 
-def _row(f: StepFeatures) -> np.ndarray:
-    return np.array([1.0, *f]) / _SCALE
+def _row(f: StepFeatures) -> list[float]:
+    return [v / s for v, s in zip((1.0, *f), _SCALE, strict=True)]
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """x with ``a`` x = ``b``: Gaussian elimination with partial pivoting, as LAPACK's solve.
+    Plain floats: a step's 4 x 4 fit and update took 65 us through numpy's per-call overhead
+    in a 256-row decode step, about 15 us so (2-core Xeon, `host_overhead.py --stub-device`)."""
+    n = len(b)
+    m = [[*row, bi] for row, bi in zip(a, b, strict=True)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot] = m[pivot], m[col]
+        top = m[col]
+        for row in m[col + 1 :]:
+            f = row[col] / top[col]
+            for k in range(col, n + 1):
+                row[k] -= f * top[k]
+    x = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        row = m[i]
+        x[i] = (row[n] - sum(row[k] * x[k] for k in range(i + 1, n))) / row[i]
+    return x
 
 
 class StepCostModel:
@@ -107,13 +127,19 @@ class StepCostModel:
         # the part of the coefficients off the prior's direction (u), so one step of a machine
         # 10x faster scales every term by 1/10, also the ones that step did not exercise.
         # Along u only a token weight (SCALE_WEIGHT_STEPS) holds the prior until a step comes.
-        prior_beta = np.array(astuple(prior)) * _SCALE  # in the scaled features' units
-        u = prior_beta / np.linalg.norm(prior_beta)
-        along = np.outer(u, u)
-        self._ridge = PRIOR_WEIGHT_STEPS * (np.eye(4) - along) + SCALE_WEIGHT_STEPS * along
-        self._ridge_rhs = SCALE_WEIGHT_STEPS * prior_beta
-        self._xtx = np.zeros((4, 4))
-        self._xty = np.zeros(4)
+        prior_beta = [c * s for c, s in zip(astuple(prior), _SCALE, strict=True)]  # scaled units
+        norm = math.sqrt(sum(c * c for c in prior_beta))
+        u = [c / norm for c in prior_beta]
+        self._ridge = [
+            [
+                PRIOR_WEIGHT_STEPS * ((i == j) - ui * uj) + SCALE_WEIGHT_STEPS * ui * uj
+                for j, uj in enumerate(u)
+            ]
+            for i, ui in enumerate(u)
+        ]
+        self._ridge_rhs = [SCALE_WEIGHT_STEPS * c for c in prior_beta]
+        self._xtx = [[0.0] * 4 for _ in range(4)]
+        self._xty = [0.0] * 4
         self._cost: StepCost | None = prior
         self.last_fit = prior  # the latest fit; read from other threads (metrics) without refitting
         self.num_steps = 0  # steps observed
@@ -124,9 +150,12 @@ class StepCostModel:
         """One step's measured time."""
         self.last_predicted_s = self.cost.predict_s(features)
         self.last_step_s = step_s
-        x = _row(features)
-        self._xtx = self._decay * self._xtx + np.outer(x, x)
-        self._xty = self._decay * self._xty + x * step_s
+        x, d = _row(features), self._decay
+        self._xtx = [
+            [d * a + xi * xj for a, xj in zip(row, x, strict=True)]
+            for row, xi in zip(self._xtx, x, strict=True)
+        ]
+        self._xty = [d * a + xi * step_s for a, xi in zip(self._xty, x, strict=True)]
         self.num_steps += 1
         self._cost = None  # refitted when next asked
 
@@ -135,9 +164,15 @@ class StepCostModel:
         """The current coefficients, each at least 0 (a negative cost would promise room that
         is not there)."""
         if self._cost is None:
-            beta = np.linalg.solve(self._xtx + self._ridge, self._xty + self._ridge_rhs)
-            coefficients = np.maximum(beta, 0.0) / _SCALE
-            self._cost = self.last_fit = StepCost(*(float(c) for c in coefficients))
+            a = [
+                [p + q for p, q in zip(row, ridge, strict=True)]
+                for row, ridge in zip(self._xtx, self._ridge, strict=True)
+            ]
+            b = [p + q for p, q in zip(self._xty, self._ridge_rhs, strict=True)]
+            beta = _solve(a, b)
+            self._cost = self.last_fit = StepCost(
+                *(max(c, 0.0) / s for c, s in zip(beta, _SCALE, strict=True))
+            )
         return self._cost
 
     def predict_s(self, features: StepFeatures) -> float:
