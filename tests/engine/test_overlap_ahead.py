@@ -104,3 +104,35 @@ def test_a_step_whose_rows_need_their_ids_is_not_scheduled_ahead(
     ahead, counts, fed, _ = run(varied_model_dir, mode, plan, num_blocks=512)
     assert fed == 0  # every step has a logprobs row: each waits for the last one's ids
     assert ahead == plain and counts == plain_counts
+
+
+def test_a_step_whose_rows_follow_the_launched_ones_row_for_row_copies_their_ids() -> None:
+    import types
+
+    import torch
+
+    from worker.engine.model_runner import ModelRunner, SampledFeed
+
+    def read(order: tuple[int, ...], tokens: dict[int, int], rows_called: bool) -> list[int]:
+        feed = SampledFeed((7, 3, 9), torch.tensor([11, 12, 13]))
+        called: list[Sequence[int]] = []
+        general = feed.rows
+
+        def rows(seq_ids: Sequence[int]) -> list[int]:
+            called.append(seq_ids)
+            return general(seq_ids)
+
+        feed.rows = rows  # type: ignore[method-assign]
+        runner = types.SimpleNamespace(feed=feed, device=torch.device("cpu"))
+        decodes = [
+            ScheduledSequence("r", (tokens.get(s, PLACEHOLDER),), 5, (1,), True, s) for s in order
+        ]
+        ids = torch.tensor([tokens.get(s, -1) for s in order])
+        ModelRunner._read_placeholders(runner, decodes, ids)  # type: ignore[arg-type]
+        assert bool(called) == rows_called
+        return ids.tolist()
+
+    assert read((7, 3, 9), {}, rows_called=False) == [11, 12, 13]  # one copy
+    assert read((3, 7, 9), {}, rows_called=True) == [12, 11, 13]  # reordered: gathered
+    assert read((7, 3, 9), {3: 5}, rows_called=True) == [11, 5, 13]  # a token on the host
+    assert read((7, 3), {}, rows_called=True) == [11, 12]  # a row left

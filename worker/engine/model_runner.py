@@ -45,7 +45,7 @@ class SampledFeed:
     next step's `PLACEHOLDER` inputs read (the overlapped loop schedules that step before the
     ids reach the host)."""
 
-    def __init__(self, seq_ids: Sequence[int], ids: torch.Tensor) -> None:
+    def __init__(self, seq_ids: tuple[int, ...], ids: torch.Tensor) -> None:
         self.seq_ids = seq_ids
         self.ids = ids  # (rows,) int64, never negative: a failed row's id reads as 0
 
@@ -152,7 +152,16 @@ class ModelRunner:
         feed = self.feed
         if feed is None:
             raise RuntimeError("a token in flight, and no launched step to read it from")
-        src = feed.rows([decodes[j].seq_id for j in rows])
+        seq_ids = [decodes[j].seq_id for j in rows]
+        if len(rows) == len(decodes) == len(feed.seq_ids) and feed.seq_ids == tuple(seq_ids):
+            # The steady state: every row reads the id the launched step sampled in the same
+            # row (the batch order keeps a decode-only batch's order). One copy on the device,
+            # where the general path builds two index lists, copies them to the device and
+            # gathers: the whole stubbed step 0.95x at 256 rows, 0.93x at 64 (two engines in one
+            # process, BENCHMARKS.md "twelfth pass"; the general path took ~0.18 ms at 256).
+            ids[: len(rows)].copy_(feed.ids)
+            return
+        src = feed.rows(seq_ids)
         pin = self.device.type == "cuda"  # non-blocking copies: the host must not wait here
         both = torch.tensor([rows, src], dtype=torch.int64, pin_memory=pin)
         dst_t, src_t = both.to(self.device, non_blocking=pin)

@@ -40,7 +40,7 @@ import host_overhead as ho  # noqa: E402
 from host_stub import stub_device_work  # noqa: E402
 
 
-def build(pkg: str, model_dir: Path, batch: int, steps: int, seed: int) -> Any:
+def build(pkg: str, model_dir: Path, batch: int, steps: int, seed: int, loop: str) -> Any:
     """An engine of package ``pkg`` (``worker`` or ``worker_before``) with ``batch`` requests
     decoding, stubbed, past its first steps."""
     engine_mod = importlib.import_module(f"{pkg}.engine.llm_engine")
@@ -56,7 +56,7 @@ def build(pkg: str, model_dir: Path, batch: int, steps: int, seed: int) -> Any:
             num_threads=2,
             cache=cfg.CacheConfig(block_size=16, num_blocks=blocks),
             scheduler=cfg.SchedulerConfig(max_num_seqs=batch, max_num_batched_tokens=512),
-            overlap_steps="off",
+            overlap_steps=loop,
         )
     )
     rng = random.Random(seed)
@@ -72,9 +72,9 @@ def build(pkg: str, model_dir: Path, batch: int, steps: int, seed: int) -> Any:
     return engine
 
 
-def measure(model_dir: Path, batch: int, steps: int) -> dict[str, Any]:
-    engines = {"before": build("worker_before", model_dir, batch, steps, 0),
-               "after": build("worker", model_dir, batch, steps, 0)}
+def measure(model_dir: Path, batch: int, steps: int, loop: str) -> dict[str, Any]:
+    engines = {"before": build("worker_before", model_dir, batch, steps, 0, loop),
+               "after": build("worker", model_dir, batch, steps, 0, loop)}
     times: dict[str, list[float]] = {k: [] for k in engines}
     clock = time.thread_time
     for k in range(steps):
@@ -86,6 +86,7 @@ def measure(model_dir: Path, batch: int, steps: int) -> dict[str, Any]:
     ratios = [a / b for a, b in zip(times["after"], times["before"], strict=True)]
     return {
         "batch": batch,
+        "loop": loop,
         "steps": steps,
         "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
         "mean_ms": {k: 1e3 * statistics.fmean(v) for k, v in times.items()},
@@ -99,13 +100,14 @@ def main() -> None:
     p.add_argument("--before-root", type=Path, required=True)
     p.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--overlap-steps", default="off", help="the loop: off (plain) or async")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     sys.path.insert(0, str(args.before_root))
     with tempfile.TemporaryDirectory() as tmp:
         tok = ho.resolve_model_dir(None)
         model_dir = ho.write_random_model("host-overhead", tok, Path(tmp), torch.float32, "cpu")
-        runs = [ho.in_worker_thread(lambda b=b: measure(model_dir, b, args.steps))
+        runs = [ho.in_worker_thread(lambda b=b: measure(model_dir, b, args.steps, args.overlap_steps))
                 for b in args.batches]
     for r in runs:
         m = r["median_ms"]
