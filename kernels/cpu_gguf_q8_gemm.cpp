@@ -52,33 +52,27 @@ constexpr int64_t kPanelRows = 16;  // weight rows a panel: one int32 lane of a 
 using Panel = PanelOf<__m512i, kPanelRows>;  // codes unsigned: Q8_0's + 128
 using Packed = PackedOf<__m512i, kPanelRows, __m512>;
 
-// Block b of a stored panel (kernels/quant_reference.py `pack_panels`): the 16 rows' code
-// dwords g, a zmm each (4-bit: 4, whose low nibbles are groups 0-3 and high ones 4-7; Q8_0: 8),
-// then the rows' heads: Q4_1's (d, m) dwords, the others' d halves. Its codes are widened in
-// registers as they load. Expanding them into a Panel first (as `pack` does) and reading that
-// back made a row 1.26x the one-row kernel's time on the file's layout (9.1 against 7.2 ms, the
-// bundled file's 210 Q4_1 projections streamed from DRAM, 1 thread, Zen 4); this way it is 3.8.
-struct Stored {
-    const uint8_t* at;
-    template <int64_t F>
-    static constexpr int64_t kWords = F == kQ8_0 ? kGroups : kGroups / 2;
-    template <int64_t F>
-    const uint8_t* block(int64_t b) const { return at + b * kPanelRows * block_bytes(F); }
+// A stored panel's block b (`StoredPanel`), 16 rows a zmm. Its codes are widened in registers
+// as they load. Expanding them into a Panel first (as `pack` does) and reading that back made a
+// row 1.26x the one-row kernel's time on the file's layout (9.1 against 7.2 ms, the bundled
+// file's 210 Q4_1 projections streamed from DRAM, 1 thread, Zen 4); this way it is 3.8.
+struct Stored : StoredPanel<kPanelRows> {
+    static_assert(kWordBytes == sizeof(__m512i), "a code word is one vector");
     template <int64_t F>
     __m512i codes(int64_t b, int64_t g) const {
-        const __m512i q = _mm512_loadu_si512(block<F>(b) + 64 * (g % kWords<F>));
+        const __m512i q = _mm512_loadu_si512(word<F>(b, g));
         if constexpr (F == kQ8_0) return unsigned_codes(q);
-        return g < kWords<F> ? low_nibbles(q) : high_nibbles(q);
+        return low<F>(g) ? low_nibbles(q) : high_nibbles(q);
     }
     template <int64_t F>
     void scales(int64_t b, __m512& d, __m512& m) const {
-        const uint8_t* heads = block<F>(b) + 64 * kWords<F>;
+        const uint8_t* h = heads<F>(b);
         if constexpr (F == kQ4_1) {
-            const __m512i head = _mm512_loadu_si512(heads);
+            const __m512i head = _mm512_loadu_si512(h);
             d = head_d(head);
             m = head_m(head);
         } else {
-            d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(heads)));
+            d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
         }
     }
 };
@@ -158,7 +152,7 @@ struct Avx512Vnni {
     template <int64_t F, int64_t R>
     static void rows(const uint8_t* at, const XCodes& xc, int64_t r, float* out, int64_t ldo,
                      int64_t valid) {
-        products<F, R>(Stored{at}, xc, r, out, ldo, valid);
+        products<F, R>(Stored{{at}}, xc, r, out, ldo, valid);
     }
 };
 

@@ -58,34 +58,29 @@ constexpr int64_t kPanelRows = 8;  // weight rows a panel: one int32 lane of a y
 using Panel = PanelOf<__m256i, kPanelRows>;  // codes Q8_0's signed, 4-bit ones 0-15
 using Packed = PackedOf<__m256i, kPanelRows, __m256>;
 
-// Block b of a stored panel (kernels/quant_reference.py `pack_panels`): the rows' code dwords
-// g, a ymm each (4-bit: 4, whose low nibbles are groups 0-3 and high ones 4-7; Q8_0: 8), then
-// the 8 rows' heads. No Panel is written: the codes are widened in registers as they load.
-struct Stored {
-    const uint8_t* at;
-    template <int64_t F>
-    static constexpr int64_t kWords = F == kQ8_0 ? kGroups : kGroups / 2;
-    template <int64_t F>
-    const uint8_t* block(int64_t b) const { return at + b * kPanelRows * block_bytes(F); }
+// A stored panel's block b (`StoredPanel`), 8 rows a ymm. No Panel is written: the codes are
+// widened in registers as they load.
+struct Stored : StoredPanel<kPanelRows> {
+    static_assert(kWordBytes == sizeof(__m256i), "a code word is one vector");
     template <int64_t F>
     __m256i codes(int64_t b, int64_t g) const {
-        const __m256i q = load32b(block<F>(b) + 32 * (g % kWords<F>));
+        const __m256i q = load32b(word<F>(b, g));
         if constexpr (F == kQ8_0) return q;
-        return g < kWords<F> ? low_nibbles(q) : high_nibbles(q);
+        return low<F>(g) ? low_nibbles(q) : high_nibbles(q);
     }
     template <int64_t F>
     void scales(int64_t b, __m256& d, __m256& m) const {
-        const uint8_t* heads = block<F>(b) + 32 * kWords<F>;
+        const uint8_t* h = heads<F>(b);
         if constexpr (F == kQ4_1) {  // 8 (d, m) dwords: one shuffle puts d0-3 m0-3 | d4-7 m4-7
             const __m256i order = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11,
                                                    14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7,
                                                    10, 11, 14, 15);
             const __m256i dm = _mm256_permute4x64_epi64(
-                _mm256_shuffle_epi8(load32b(heads), order), 0xD8);  // d0-7 | m0-7
+                _mm256_shuffle_epi8(load32b(h), order), 0xD8);  // d0-7 | m0-7
             d = _mm256_cvtph_ps(_mm256_castsi256_si128(dm));
             m = _mm256_cvtph_ps(_mm256_extracti128_si256(dm, 1));
         } else {  // 8 d halves
-            d = _mm256_cvtph_ps(load16(heads));
+            d = _mm256_cvtph_ps(load16(h));
         }
     }
 };
@@ -182,7 +177,7 @@ struct Avx2 {
     template <int64_t F, int64_t R>
     static void rows(const uint8_t* at, const XCodes& xc, int64_t r, float* out, int64_t ldo,
                      int64_t valid) {
-        products<F, R>(Stored{at}, xc, r, out, ldo, valid);
+        products<F, R>(Stored{{at}}, xc, r, out, ldo, valid);
     }
 };
 

@@ -96,6 +96,31 @@ struct PackedOf {
     }
 };
 
+// Block b of a stored panel of `Rows` weight rows (kernels/quant_reference.py `pack_panels`):
+// the rows' code dwords for each word w, one vector of `Rows` int32 lanes each (4-bit: 4 words,
+// whose low nibbles are groups 0-3 and high ones 4-7; Q8_0: 8), then the rows' heads (Q4_1's
+// (d, m) dwords, the others' d halves). Where things lie, for each ISA's Stored, which widens
+// the codes and reads the heads in its own registers.
+template <int64_t Rows>
+struct StoredPanel {
+    static constexpr int64_t kWordBytes = 4 * Rows;  // a row's 4 codes of one group
+    template <int64_t F>
+    static constexpr int64_t kWords = F == kQ8_0 ? kGroups : kGroups / 2;
+    const uint8_t* at;
+    template <int64_t F>
+    const uint8_t* block(int64_t b) const { return at + b * Rows * block_bytes(F); }
+    // The word holding group g's codes: its low nibbles where `low<F>(g)` (4-bit), else its
+    // high ones; Q8_0's word is the group's bytes.
+    template <int64_t F>
+    const uint8_t* word(int64_t b, int64_t g) const {
+        return block<F>(b) + kWordBytes * (g % kWords<F>);
+    }
+    template <int64_t F>
+    static constexpr bool low(int64_t g) { return g < kWords<F>; }
+    template <int64_t F>
+    const uint8_t* heads(int64_t b) const { return block<F>(b) + kWordBytes * kWords<F>; }
+};
+
 // Every row of x against the panel (a packed Panel, or a stored one's bytes), Isa::kXRows at a
 // time, the last few in a pass of their own.
 template <class Isa, int64_t F, int64_t R = Isa::kXRows, class P>

@@ -36,11 +36,6 @@ class RequestState:
         self._token_ids, self._num_prompt = seq.token_ids, seq.num_prompt_tokens  # never rebound
         self._request_id, self._index = seq.request_id, seq.index
 
-    def sampling_request(self) -> SamplingRequest:
-        """What the sampler needs of this choice for its next token."""
-        seq = self.seq
-        return SamplingRequest(seq.params, len(seq.token_ids) - seq.num_prompt_tokens, seq)
-
     def append(
         self, token_id: int, logprobs: TokenLogprobs | None
     ) -> tuple[RequestOutput, FinishReason | None]:

@@ -98,8 +98,9 @@ def _row(f: StepFeatures) -> list[float]:
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     """x with ``a`` x = ``b``: Gaussian elimination with partial pivoting, as LAPACK's solve.
-    Plain floats: a step's 4 x 4 fit and update took 65 us through numpy's per-call overhead
-    in a 256-row decode step, about 15 us so (2-core Xeon, `host_overhead.py --stub-device`)."""
+    Plain floats: numpy's per-call overhead made the model's per-step update (this fit
+    included) 65 us of a 256-row decode step; 42 us so, the solve 19 of them (2-core Xeon,
+    the stubbed step of `host_overhead.py` with each part wrapped in a timer)."""
     n = len(b)
     m = [[*row, bi] for row, bi in zip(a, b, strict=True)]
     for col in range(n):
