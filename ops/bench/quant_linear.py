@@ -18,7 +18,9 @@ build's `q8_panel_rows`), ``q4_1@MODE`` (the engine's `QuantWeight.linear` under
 also each quantized system again as ``*_avx2``, the same kernels built with
 ``-march=haswell`` (their AVX2 paths, `cpu_ops.load("haswell")`) on this machine. Time is CPU
 time of the calling thread (``time.thread_time``, one torch thread), the median of ``--repeats``
-rounds, so other processes on a shared machine do not enter it.
+rounds, so other processes on a shared machine do not enter it. With ``--threads`` above 1 it
+is wall time (``--clock``): the calling thread's CPU time then counts only its own share of
+the work. ``--systems`` runs only those named.
 """
 
 from __future__ import annotations
@@ -44,16 +46,22 @@ from worker.models.loader import bundled_model_path
 from worker.models.quant import ACTIVATIONS, QuantWeight, dense_linear
 
 Layer = Callable[[torch.Tensor], torch.Tensor]
+CLOCKS: dict[str, Callable[[], float]] = {"thread": time.thread_time, "wall": time.perf_counter}
 
 
-def cpu_seconds(layers: Sequence[tuple[int, Layer]], rows: int, repeats: int) -> float:
+def cpu_seconds(
+    layers: Sequence[tuple[int, Layer]],
+    rows: int,
+    repeats: int,
+    clock: Callable[[], float] = time.thread_time,
+) -> float:
     inputs = {k: torch.randn(rows, k) for k in {k for k, _ in layers}}
     times = []
     for _ in range(repeats + 1):  # the first round warms up
-        start = time.thread_time()
+        start = clock()
         for k, layer in layers:
             layer(inputs[k])
-        times.append(time.thread_time() - start)
+        times.append(clock() - start)
     return statistics.median(times[1:])
 
 
@@ -171,8 +179,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--layers", type=int, default=210, help="projections of the file to run")
     p.add_argument("--avx2", action="store_true", help="also the -march=haswell build's kernels")
+    p.add_argument("--systems", nargs="+", help="only these systems (default: all)")
+    p.add_argument(
+        "--clock",
+        choices=CLOCKS,
+        help="thread: the calling thread's CPU time (other processes stay out of it); wall: "
+        "elapsed time, which counts every thread's share. Default: thread at 1 --threads, else "
+        "wall",
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    args.clock = args.clock or ("thread" if args.threads == 1 else "wall")
     torch.set_num_threads(args.threads)
     ops = cpu_ops.load()
     avx2 = cpu_ops.load("haswell") if args.avx2 else None
@@ -180,12 +197,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         reason = cpu_ops.unavailable_reason() or cpu_ops.unavailable_reason("haswell")
         raise SystemExit(f"C++ kernels unavailable: {reason}")
     found, nbytes = systems(ops, args.layers, avx2)
+    if args.systems:
+        unknown = set(args.systems) - set(found)
+        if unknown:
+            p.error(f"unknown systems {sorted(unknown)}; choose from {', '.join(found)}")
+        found = {name: found[name] for name in args.systems}
     print("weight MB: " + ", ".join(f"{k} {v / 1e6:.1f}" for k, v in nbytes.items()))
-    report: dict[str, Any] = {"threads": args.threads, "weight_bytes": nbytes, "rows": {}}
+    report: dict[str, Any] = {
+        "threads": args.threads,
+        "clock": args.clock,
+        "weight_bytes": nbytes,
+        "rows": {},
+    }
+    clock = CLOCKS[args.clock]
     with torch.inference_mode():
         for rows in args.rows:
             ms = {
-                name: cpu_seconds(layers, rows, args.repeats) * 1e3
+                name: cpu_seconds(layers, rows, args.repeats, clock) * 1e3
                 for name, layers in found.items()
             }
             report["rows"][rows] = ms

@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -60,3 +63,14 @@ def test_a_short_count_still_fails_the_length_check() -> None:
     report = llamacpp.summarize(argparse.Namespace(label="llama.cpp"), requests, 1.0, results)
     assert not report["lengths_ok"]
     assert report["wrong_lengths"] == [("r1", 2, 3)]
+
+
+def test_a_dropped_connection_names_the_server_status_and_log(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"line {i}\n" for i in range(30)))
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    exc = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    message = llamacpp.server_failure(proc, log, exc, lines=2)
+    assert "Server disconnected" in message
+    assert "exit status 3" in message
+    assert message.endswith("line 28\nline 29") and "line 27" not in message

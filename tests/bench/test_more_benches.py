@@ -119,3 +119,16 @@ def test_step_rows_bench_tiny(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert set(report["decode_ms"]) == set(report["decode_and_7_token_prompt_ms"]) == {1, 3}
     assert set(report["prompt_alone_ms"]) == {2, 5}
     assert all(ms > 0 for ms in report["decode_ms"].values())
+
+
+def test_quant_linear_bench_picks_systems_and_clock(tmp_path: Path) -> None:
+    bench = load("quant_linear")
+    out = tmp_path / "quant_linear.json"
+    systems = ["q4_1", "q4_1_deq", "q4_1@float32"]
+    args = ["--rows", "1", "20", "--layers", "2", "--repeats", "1", "--clock", "wall"]
+    report = bench.main([*args, "--systems", *systems, "--out", str(out)])
+    assert report["clock"] == "wall"
+    assert set(report["rows"]) == {1, 20}
+    for result in report["rows"].values():
+        assert list(result) == systems and all(ms > 0 for ms in result.values())
+    assert json.loads(out.read_text())["clock"] == "wall"
