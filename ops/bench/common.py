@@ -76,20 +76,28 @@ def environment(threads: int, device: str = "cpu") -> dict[str, Any]:
     }
 
 
+# The clocks a bench's ``--clock`` names: wall time, or the CPU time of the calling thread (other
+# processes stay out of it; with more than one torch thread it counts only its own share).
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "thread": time.thread_time}
+
+
 def median_seconds(
-    fn: Callable[[], object], reps: int, sync: Callable[[], object] = lambda: None
+    fn: Callable[[], object],
+    reps: int,
+    sync: Callable[[], object] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Median wall time of ``reps`` calls of ``fn`` after one untimed warm-up call; ``sync``
-    waits for the device after each (CUDA work is asynchronous: without it the clock stops
-    at the launch)."""
+    """Median time by ``clock`` (wall time by default) of ``reps`` calls of ``fn`` after one
+    untimed warm-up call; ``sync`` waits for the device after each (CUDA work is asynchronous:
+    without it the clock stops at the launch)."""
     fn()
     sync()
     times = []
     for _ in range(reps):
-        start = time.perf_counter()
+        start = clock()
         fn()
         sync()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 
 

@@ -68,7 +68,6 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
@@ -78,6 +77,7 @@ import torch
 # Run as a script, this folder is sys.path[0] and its kernels.py would shadow the kernels package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ops.bench.common import CLOCKS
 from ops.bench.engine import environment, in_worker_thread, normal_token_ids
 from ops.bench.host_stub import StubDevice, stub_device_work
 from ops.bench.random_model import write_random_model
@@ -107,8 +107,6 @@ PHASES = (
 OFF_PATH = {
     "thread": ("schedule", "resolve", "update", "append", "detokenize", "other", "wait"),
 }
-# The clocks of ``--clock``: wall time, or the CPU time of the thread a phase runs on.
-CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
 
 
 def request_params(i: int, args: argparse.Namespace, max_tokens: int) -> SamplingParams:

@@ -26,7 +26,6 @@ the work. ``--systems`` runs only those named.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -40,29 +39,28 @@ import torch
 
 from kernels import cpu_ops
 from kernels import quant_reference as qr
-from ops.bench.common import write_report
+from ops.bench.common import CLOCKS, median_seconds, write_report
 from worker.models.cpu_linear import PackedLinear
 from worker.models.loader import bundled_model_path
 from worker.models.quant import ACTIVATIONS, QuantWeight, dense_linear
 
 Layer = Callable[[torch.Tensor], torch.Tensor]
-CLOCKS: dict[str, Callable[[], float]] = {"thread": time.thread_time, "wall": time.perf_counter}
 
 
-def cpu_seconds(
+def round_seconds(
     layers: Sequence[tuple[int, Layer]],
     rows: int,
     repeats: int,
     clock: Callable[[], float] = time.thread_time,
 ) -> float:
+    """Median time by ``clock`` of a round of ``layers`` on ``rows`` rows, after one warm-up."""
     inputs = {k: torch.randn(rows, k) for k in {k for k, _ in layers}}
-    times = []
-    for _ in range(repeats + 1):  # the first round warms up
-        start = clock()
+
+    def one_round() -> None:
         for k, layer in layers:
             layer(inputs[k])
-        times.append(clock() - start)
-    return statistics.median(times[1:])
+
+    return median_seconds(one_round, repeats, clock=clock)
 
 
 class Weights(NamedTuple):
@@ -213,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with torch.inference_mode():
         for rows in args.rows:
             ms = {
-                name: cpu_seconds(layers, rows, args.repeats, clock) * 1e3
+                name: round_seconds(layers, rows, args.repeats, clock) * 1e3
                 for name, layers in found.items()
             }
             report["rows"][rows] = ms

@@ -160,7 +160,7 @@ async def run_all(port: int, requests: Sequence[dict[str, Any]]) -> tuple[float,
     base = f"http://127.0.0.1:{port}"
     # The warm-up on a connection of its own. A timed request that reused the one the warm-up's
     # stream ended on was dropped unanswered, the server alive (`server_failure`), in 9 of 14
-    # single-request runs on a Zen 2 EPYC (1 and 2 threads); 0 of 4 since (2026-12-07).
+    # single-request runs on a Zen 2 EPYC (1 and 2 threads); 0 of 8 since (2026-12-07).
     async with httpx.AsyncClient(base_url=base, timeout=None) as client:
         await complete(client, WARMUP_PROMPT, WARMUP_OUTPUT)
     async with httpx.AsyncClient(base_url=base, timeout=None, limits=limits) as client:
