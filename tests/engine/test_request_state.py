@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from worker.engine.outputs import RequestOutput
 from worker.engine.request_state import RequestState
+from worker.engine.sampler import TokenLogprobs
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.sequence import PLACEHOLDER, FinishReason, Sequence
 
@@ -80,3 +82,29 @@ def test_a_place_is_held_until_the_token_comes_and_dropped_if_it_never_does() ->
     assert taking.reserve() == 5 and len(taking.seq.token_ids) == 5
     taking.seq.drop_placeholders()  # e.g. aborted before the second came back
     assert taking.seq.token_ids == [5, 6, 7, 8]
+
+
+def test_an_emitted_output_is_the_named_tuples_value_field_by_field() -> None:
+    # `emit` builds the output as a plain tuple in the fields' order: every field distinct
+    # here, so a field out of place shows.
+    seq = Sequence("req-7", [5, 6, 7], SamplingParams(max_tokens=9, logprobs=1), 0, index=3)
+    seq.num_cached_tokens = 2
+    lps = TokenLogprobs(9, -0.5, 1, ((9, -0.5),))
+    got, why = RequestState(seq, Echo(), frozenset({EOS}), 1000).append(9, lps)  # type: ignore[arg-type]
+    assert why is None
+    assert got == RequestOutput(
+        request_id="req-7",
+        new_token_ids=(9,),
+        text_delta="x",
+        finished=False,
+        finish_reason=None,
+        num_prompt_tokens=3,
+        num_output_tokens=1,
+        logprobs=(lps,),
+        index=3,
+        num_cached_tokens=2,
+    )
+    assert type(got) is RequestOutput and got.error is None and got.error_type is None
+    ended, why = RequestState(seq, Echo(), frozenset({EOS}), 1000).emit(EOS, None, 5)  # type: ignore[arg-type]
+    assert why is FinishReason.STOP and ended.finished and ended.finish_reason is why
+    assert ended.text_delta == "" and ended.logprobs == () and ended.num_output_tokens == 2

@@ -6,6 +6,7 @@ import gc
 
 import pytest
 
+from tests.engine.sched_helpers import Harness
 from worker.engine.gc_policy import GEN0_THRESHOLD, raise_gen0_threshold
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampling_params import SamplingParams
@@ -71,3 +72,30 @@ def test_the_young_generation_threshold_is_raised_never_lowered() -> None:
         assert gc.get_threshold() == (GEN0_THRESHOLD * 2, 5, 5)
     finally:
         gc.set_threshold(*before)
+
+
+def test_decode_rows_built_while_planned_are_builds_rows_and_a_preempted_one_leaves() -> None:
+    # Three decodes need a new block each and two are free: the batch job, planned first,
+    # is preempted for the third row, so the row built for it must leave the step.
+    h = Harness(num_blocks=5, block_size=4, max_seqs=4, max_tokens=64)
+    batch = h.add(4, 10, priority=10)
+    first, second = h.add(4, 10), h.add(4, 10)
+    h.step()
+    out = h.scheduler.schedule()
+    assert out.preempted_ids == (batch.request_id,)
+    assert out == SchedulerOutput.build([(first, 1), (second, 1)], [batch])
+    assert [s.seq_id for s in out.scheduled] == [first.seq_id, second.seq_id]
+    assert out.num_context_tokens == 2 * 5 and out.num_decodes == 2
+    assert all(len(item.block_ids) == 2 for item in out.scheduled)  # built after allocation
+    h.check_output(out)
+
+
+def test_a_step_with_decodes_and_a_chunk_keeps_decodes_first_in_running_order() -> None:
+    h = Harness(num_blocks=64, block_size=4, max_seqs=4, max_tokens=8)
+    a, b = h.add(3, 5), h.add(3, 5)
+    h.step()  # both prompts: each samples its first token
+    late = h.add(20, 5)
+    out = h.scheduler.schedule()  # two decodes, then the new prompt's first chunk
+    assert [s.seq_id for s in out.scheduled] == [a.seq_id, b.seq_id, late.seq_id]
+    assert out == SchedulerOutput.build([(a, 1), (b, 1), (late, 6)], [])
+    h.check_output(out)

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from operator import attrgetter
 
 from producer.keys import BAND_FLOORS
 from worker.engine.first_token import delivers
 from worker.engine.sequence import Sequence
 
 BATCH_FLOOR = BAND_FLOORS["batch"]  # priorities from here are the batch band's
+_PRIORITY = attrgetter("priority")
 # How long after the last more urgent job left the engine batch work stays bounded: the next
 # chat must find short steps, and chats reach each worker apart. At 1 s, two workers sharing a
 # stream of back-to-back probes (one every ~0.35 s in all) each went past a second without one
@@ -112,7 +114,8 @@ class BatchBound:
             self._urgent_at = now
         elif now - self._urgent_at > HOLD_S:
             return False
-        self.active = batch_waiting or any(is_batch(s) for s in running)
+        # C-level: 0.013 -> 0.008 ms at 256 rows of no batch work against `any(is_batch(s) ...)`.
+        self.active = batch_waiting or max(map(_PRIORITY, running), default=0) >= BATCH_FLOOR
         return self.active
 
     def split(self, rows: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:

@@ -57,17 +57,19 @@ class BlockTables:
         self._step = step = self._step + 1
         rows: list[int] = []
         row_of, mark, held, ends = self._rows, self._mark, self._ids, self._ends
+        # Unpacked in one go rather than read field by field: 256 steady decode rows, 0.045 ->
+        # 0.042 ms (thread CPU time, Zen 4; `pieces.py`, BENCHMARKS.md "thirteenth pass").
         for item in items:
-            row = row_of.get(item.seq_id)
+            _, token_ids, start, new, _, seq_id = item
+            row = row_of.get(seq_id)
             if row is None or mark[row] == step:
                 row = self._new_row(item, row is not None)
             mark[row] = step
-            new, old = item.block_ids, held[row]
-            start = item.num_computed_tokens
+            old = held[row]
             if new is old and start == ends[row]:
                 # The step after this row's last, its table unchanged: a sequence's table is a
                 # tuple replaced when it grows (`Sequence.block_ids`), 15 of 16 decode steps.
-                ends[row] = start + len(item.token_ids)
+                ends[row] = start + len(token_ids)
                 rows.append(row)
                 continue
             n_old = len(old)
@@ -80,7 +82,7 @@ class BlockTables:
                     self._write(row, n_old, new)
             elif new != old:
                 self._rewrite(row, old, new)
-            ends[row] = start + len(item.token_ids)
+            ends[row] = start + len(token_ids)
             rows.append(row)
         lent, self._scratch = self._scratch, []
         for row in lent:

@@ -256,10 +256,7 @@ class LLMEngine:
             if failed and state.seq.seq_id in failed:
                 continue
             try:
-                if n is None:
-                    out, reason = state.append(token, lps)
-                else:
-                    out, reason = state.emit(token, lps, n)
+                out, reason = state.emit(token, lps, n)  # n None: `append`, in one call
             except Exception as exc:  # e.g. the detokenizer on one request: that request only
                 failed[state.seq.seq_id] = describe(exc)
                 continue

@@ -47,7 +47,7 @@ import torch
 from worker.engine.config import EngineConfig
 from worker.engine.outputs import RequestOutput
 from worker.engine.request_state import EmitRow, sampling_rows
-from worker.engine.sampling_rows import LOGPROBS, PROCESSED
+from worker.engine.sampling_rows import LOGPROBS, PROCESSED, RowsBySeq
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.step_faults import Failures
 from worker.engine.step_launch import InFlight, StepLauncher, StepResult
@@ -129,7 +129,7 @@ class OverlapLoop:
         seq_ids = [item.seq_id for item in decision.scheduled if item.samples]
         sampling = [states[seq_id] for seq_id in seq_ids]
         rows = sampling_rows(sampling)  # taken now: the states change while it computes
-        requests = dict(zip(seq_ids, rows, strict=True))
+        requests = RowsBySeq(seq_ids, rows)
         inflight = self.launcher.launch(decision, requests, rows.flags)
         places = dict(zip(seq_ids, [s.reserve() for s in sampling], strict=True))
         self._pending = Launched(inflight, places, not rows.flags & NEEDS_IDS)

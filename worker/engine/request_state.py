@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Set
+from functools import reduce
+from operator import attrgetter, or_
 
 from worker.engine.detokenizer import IncrementalDetokenizer
 from worker.engine.outputs import RequestOutput
 from worker.engine.sampler import TokenLogprobs
-from worker.engine.sampling_rows import SamplingRequest, SamplingRows, row_flags
+from worker.engine.sampling_rows import SamplingRequest, SamplingRows, UnreadRows, row_flags
 from worker.engine.sequence import PLACEHOLDER, FinishReason, Sequence
 
 _tuple_new = tuple.__new__
+_FLAGS = attrgetter("flags")
 
 
 class RequestState:
@@ -40,18 +43,20 @@ class RequestState:
         self, token_id: int, logprobs: TokenLogprobs | None
     ) -> tuple[RequestOutput, FinishReason | None]:
         """Add a sampled token, decide whether the request stops, and say what to stream."""
-        self._token_ids.append(token_id)  # Sequence.append_token
         return self.emit(token_id, logprobs)
 
     def emit(
         self, token_id: int, logprobs: TokenLogprobs | None, n: int | None = None
     ) -> tuple[RequestOutput, FinishReason | None]:
-        """The half of `append` after the token joined the sequence: stop checks, its text.
-        The overlapped loop (`overlap.py`) runs it while the next step computes; ``n``: the
-        sequence's length with this token, where later tokens are already in flight."""
+        """Stop checks and the text of ``token_id``. ``n`` None: the token is new, and joins
+        the sequence here (`append`); else the sequence holds it already, as its n-th token,
+        and later tokens may be in flight: the overlapped loop (`overlap.py`) runs it while the
+        next step computes. One call a row for both loops (`LLMEngine._emit`)."""
         reason: FinishReason | None = None
         if n is None:
-            n = len(self._token_ids)  # `_stops_on` and `_at_length` inlined: once per row a step
+            ids = self._token_ids
+            ids.append(token_id)  # Sequence.append_token
+            n = len(ids)  # `_stops_on` and `_at_length` inlined: once per row a step
         if token_id in self._stop_ids and n - self._num_prompt >= self._min_tokens:
             # As in vLLM: the stopping token is kept in token_ids but adds no text.
             reason = FinishReason.STOP
@@ -65,18 +70,25 @@ class RequestState:
                 reason = FinishReason.LENGTH
         if reason is not None:
             delta += self.detokenizer.finish()
-        lps = (logprobs,) if logprobs is not None else ()
-        # `output` inlined: one call a row a step fewer.
-        out = RequestOutput.fast(
-            self._request_id,
-            self._num_prompt,
-            self._index,
-            (token_id,),
-            delta,
-            reason,
-            n - self._num_prompt,
-            lps,
-            self.seq.num_cached_tokens,
+        # `output` and `RequestOutput.fast` inlined, the tuple built here in the fields'
+        # order: two calls a row fewer, ~0.02 ms of a 256-row step (thread CPU time, Zen 4;
+        # `test_request_state.py` checks the fields against the named tuple's constructor).
+        out = _tuple_new(
+            RequestOutput,
+            (
+                self._request_id,
+                (token_id,),
+                delta,
+                reason is not None,
+                reason,
+                self._num_prompt,
+                n - self._num_prompt,
+                (logprobs,) if logprobs is not None else (),
+                self._index,
+                self.seq.num_cached_tokens,
+                None,
+                None,
+            ),
         )
         return out, reason
 
@@ -162,18 +174,22 @@ class RequestState:
 EmitRow = tuple[RequestState, int, TokenLogprobs | None, int | None]
 
 
-def sampling_rows(states: Iterable[RequestState]) -> SamplingRows:
-    """The sampling requests of ``states`` in order, with their flags joined: one pass."""
-    rows = SamplingRows()
-    add = rows.append
-    flags = 0
-    for state in states:  # the named tuple built as a tuple: 0.17 us a row against 0.35
-        add(
-            _tuple_new(
-                SamplingRequest,
-                (state.params, len(state._token_ids) - state._num_prompt, state.seq),
-            )
-        )
-        flags |= state.flags
+def sampling_rows(states: list[RequestState]) -> SamplingRows | UnreadRows:
+    """The sampling requests of ``states`` in order, with their flags joined; with no flag
+    set, built only if read (`UnreadRows`)."""
+    if not any(map(_FLAGS, states)):  # C-level: 0.006 ms at 256 rows
+        return UnreadRows(len(states), lambda: _requests(states))
+    flags = reduce(or_, map(_FLAGS, states))
+    rows = SamplingRows(_requests(states))
     rows.flags = flags
     return rows
+
+
+def _requests(states: list[RequestState]) -> list[SamplingRequest]:
+    # The named tuple built as a tuple: 0.17 us a row against 0.35.
+    return [
+        _tuple_new(
+            SamplingRequest, (state.params, len(state._token_ids) - state._num_prompt, state.seq)
+        )
+        for state in states
+    ]

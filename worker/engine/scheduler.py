@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable
+from itertools import islice
 
 from worker.engine.admission import Admission
 from worker.engine.aging import Aging, Clock
@@ -32,13 +33,15 @@ from worker.engine.fair_share import FairShare
 from worker.engine.first_token import FirstTokenLane, delivers, first_token_fits
 from worker.engine.held_forks import HeldForks
 from worker.engine.preemption import victim as pick_victim
-from worker.engine.scheduler_output import SchedulerOutput
+from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from worker.engine.sequence import FinishReason, Sequence, SequenceStatus
 from worker.engine.step_cost import StepCostModel, StepTimer
 from worker.engine.step_plan import StepPlan
 from worker.engine.step_targets import PrefillAllowance
 from worker.engine.wait_queue import WaitQueue
 from worker.engine.wait_reasons import Blocked, WaitInfo, explain
+
+_tuple_new = tuple.__new__
 
 
 class Scheduler:
@@ -186,7 +189,9 @@ class Scheduler:
         self.lane.record(bool(held))
         if bounding:
             self._plan_bounded(bounded, plan, preempted, allowance, lane=bool(held))
-        output = SchedulerOutput.build(plan.tokens.items(), preempted)
+        built, num_built = plan.built_decodes()
+        rest = islice(plan.tokens.items(), num_built, None)
+        output = SchedulerOutput.build(rest, preempted, built)
         self._timer.planned(output, self.aging.now)
         return output
 
@@ -221,7 +226,7 @@ class Scheduler:
         of one token, in one loop of its own. Most steps are only this: at 256 rows the general
         loop's per-row tests cost ~0.05 ms a step."""
         bm, budget = self.block_manager, plan.token_budget
-        block_size, tokens = bm.block_size, plan.tokens
+        block_size, tokens, built = bm.block_size, plan.tokens, plan.decodes
         running = SequenceStatus.RUNNING
         for seq in decodes:
             # Only `_make_room` lowers the plan's sum, for a row it plans, so at the budget
@@ -232,13 +237,25 @@ class Scheduler:
                 continue
             # `bm.has_slots(seq, 1)` and `plan.add(seq, 1)` inlined: two calls a row fewer,
             # 0.10 -> 0.06 ms a 256-row step (`host_overhead.py --stub-device`).
-            held = len(seq.block_ids) * block_size
-            if not held or seq.num_computed_tokens >= held:  # 1 step in 16 with 16-token blocks
+            start, blocks = seq.num_computed_tokens, seq.block_ids
+            held = len(blocks) * block_size
+            if not held or start >= held:  # 1 step in 16 with 16-token blocks
                 if not self._make_room(seq, 1, plan, preempted):
                     continue
                 bm.allocate(seq, 1)
+                blocks = seq.block_ids
             tokens[seq] = 1
             plan.num_tokens += 1
+            # Its row, as `SchedulerOutput.build` would build it (a decode samples: its one
+            # token is its last): built here, where the row's fields are at hand, a pass over
+            # the rows fewer. The block table is final: a later preemption drops the row.
+            ids = seq.token_ids
+            built.append(
+                _tuple_new(
+                    ScheduledSequence,
+                    (seq.request_id, (ids[start],), start, blocks, True, seq.seq_id),
+                )
+            )
 
     def _plan_running(
         self,
@@ -316,23 +333,24 @@ class Scheduler:
         # (`cache_full_blocks` repeats it; here it saves the call for 15 of 16 rows), the update
         # of a 256-row decode step took 0.11 ms against 0.17-0.18 (`host_overhead.py
         # --stub-device`, Zen 4, BENCHMARKS.md).
-        sampled: Counter[str] = Counter()
+        # Tenants appended, counted once after the loop: a Counter's `+= 1` a row cost more.
+        sampled: list[str] = []
         forks = bool(self._forks)  # read once: only an admission holds forks back
-        for item in output.scheduled:
-            seq = running.get(item.seq_id)
+        for _, token_ids, computed, _, _, seq_id in output.scheduled:  # unpacked: see `claim`
+            seq = running.get(seq_id)
             if seq is None:
                 continue
             before = seq.num_computed_tokens
-            if before != item.num_computed_tokens:
-                raise ValueError(f"stale step for sequence {item.seq_id}: applied twice?")
-            seq.num_computed_tokens = after = before + len(item.token_ids)
+            if before != computed:
+                raise ValueError(f"stale step for sequence {seq_id}: applied twice?")
+            seq.num_computed_tokens = after = before + len(token_ids)
             if before < seq.num_prompt_tokens:
                 self.num_prompt_tokens_computed += min(seq.num_prompt_tokens, after) - before
             if block_size and after // block_size > before // block_size:
                 bm.cache_full_blocks(seq, before)
             if after == len(seq.token_ids):  # it samples a token this step
-                sampled[seq.tenant] += 1
+                sampled.append(seq.tenant)
             if forks and after >= seq.num_prompt_tokens:
                 self._release_forks(seq)
-        for tenant, num_tokens in sampled.items():
+        for tenant, num_tokens in Counter(sampled).items():
             self.fair_share.charge(tenant, output_tokens=num_tokens)

@@ -19,7 +19,7 @@ device fault raises `DeviceFault`, also where CUDA reports it late, at ``result(
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -27,7 +27,7 @@ import torch
 
 from worker.engine.model_runner import ModelRunner, RunnerOutput, SampledFeed
 from worker.engine.sampler import Sampler, SamplingRequest, TokenLogprobs
-from worker.engine.sampling_rows import ALL, LOGPROBS, SamplingRows, flags_of
+from worker.engine.sampling_rows import ALL, LOGPROBS, SamplingRows, UnreadRows, flags_of
 from worker.engine.scheduler_output import SchedulerOutput
 from worker.engine.step_faults import (
     DeviceFault,
@@ -56,7 +56,7 @@ class InFlight:
         seq_ids: tuple[int, ...],
         ids: torch.Tensor | Future[StepResult] | StepResult,
         logits: torch.Tensor | None = None,
-        requests: list[SamplingRequest] | None = None,
+        requests: Sequence[SamplingRequest] | None = None,
         failed: Failures | None = None,
     ) -> None:
         self._seq_ids = seq_ids
@@ -153,7 +153,7 @@ class StepLauncher:
             raise
 
     def _sample(
-        self, result: RunnerOutput, failed: Failures, rows: list[SamplingRequest]
+        self, result: RunnerOutput, failed: Failures, rows: Sequence[SamplingRequest]
     ) -> StepResult:
         """Sampled on the host now, failures contained (`sample_contained`)."""
         if not rows:
@@ -168,9 +168,11 @@ class StepLauncher:
 
 def _rows(
     requests: Mapping[int, SamplingRequest], seq_ids: tuple[int, ...], flags: int
-) -> SamplingRows:
+) -> SamplingRows | UnreadRows:
     """The requests of the rows ``seq_ids`` in order, with ``flags``: the runner keeps every
     sampling row of the decision (a failed sequence only drops rows, never adds one)."""
+    if not flags:  # no pass reads a row: built only if one is read
+        return UnreadRows(len(seq_ids), lambda: [requests[sid] for sid in seq_ids])
     rows = SamplingRows([requests[sid] for sid in seq_ids])
     rows.flags = flags
     return rows

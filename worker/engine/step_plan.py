@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from worker.engine.scheduler_output import ScheduledSequence
 from worker.engine.sequence import Sequence
 
 
@@ -9,13 +10,17 @@ class StepPlan:
     """Tokens planned per sequence, in planning order, and their running sum.
 
     The sum is kept rather than recomputed per sequence: re-summing the plan for each of 256
-    decodes was quadratic in the batch (32k additions a step).
+    decodes was quadratic in the batch (32k additions a step). ``decodes``: the rows of the
+    step's first pass (`Scheduler._plan_decodes`), built as they were planned (they are the
+    plan's first entries); ``dropped``: the sequences dropped since, by id.
     """
 
     def __init__(self, token_budget: int) -> None:
         self.token_budget = token_budget
         self.tokens: dict[Sequence, int] = {}
         self.num_tokens = 0
+        self.decodes: list[ScheduledSequence] = []
+        self.dropped: set[int] = set()
 
     @property
     def tokens_left(self) -> int:
@@ -27,4 +32,15 @@ class StepPlan:
 
     def drop(self, seq: Sequence) -> None:
         """Undo ``seq``'s share (preempted after it was planned); a no-op if it had none."""
-        self.num_tokens -= self.tokens.pop(seq, 0)
+        if seq in self.tokens:
+            self.num_tokens -= self.tokens.pop(seq)
+            self.dropped.add(seq.seq_id)
+
+    def built_decodes(self) -> tuple[list[ScheduledSequence], int]:
+        """The first pass's rows still planned, and how many entries of ``tokens`` they are
+        (its first ones)."""
+        rows = self.decodes
+        if self.dropped:
+            dropped = self.dropped
+            rows = [item for item in rows if item.seq_id not in dropped]
+        return rows, len(rows)
