@@ -22,6 +22,7 @@ from tests.engine.test_step_faults import (
     tokens,
 )
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from worker.engine.fair_share import OUTPUT_TOKEN_COST
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.sampling_params import SamplingParams
 
@@ -166,3 +167,25 @@ def test_the_default_overlaps_on_cuda_and_the_flag_says_so() -> None:
     EngineConfig.add_arguments(parser)
     args = parser.parse_args(["--overlap-steps", "thread"])
     assert EngineConfig.from_args(args).overlap_steps == "thread"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tenants_are_charged_what_the_plain_loop_charges(tiny_model_dir: Path, mode: str) -> None:
+    # The overlapped loop holds a token's place before the step is applied: each output token
+    # must still be charged to its tenant, once (fair share orders the wait queue by it).
+    charged = {}
+    for loop in ("off", mode):
+        e = make(tiny_model_dir, loop)
+        e.add_prompt("a", "Hello there", greedy(7), tenant="ta")
+        e.add_prompt("b", "One two three four", greedy(5), tenant="tb")
+        e.add_prompt("c", "a", greedy(3, n=2), tenant="ta")
+        for _ in range(200):
+            if not e.has_unfinished():
+                break
+            e.step()
+        assert not e.has_unfinished()
+        fs = e.scheduler.fair_share
+        charged[loop] = (fs.counter("ta"), fs.counter("tb"))
+    assert charged[mode] == charged["off"]
+    ta, tb = charged["off"]  # prompt tokens too, at their own cost (default weights: 1)
+    assert ta > OUTPUT_TOKEN_COST * (7 + 2 * 3) and tb > OUTPUT_TOKEN_COST * 5

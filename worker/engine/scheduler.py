@@ -336,7 +336,7 @@ class Scheduler:
         # Tenants appended, counted once after the loop: a Counter's `+= 1` a row cost more.
         sampled: list[str] = []
         forks = bool(self._forks)  # read once: only an admission holds forks back
-        for _, token_ids, computed, _, _, seq_id in output.scheduled:  # unpacked: see `claim`
+        for _, token_ids, computed, _, samples, seq_id in output.scheduled:  # see `claim`
             seq = running.get(seq_id)
             if seq is None:
                 continue
@@ -348,7 +348,10 @@ class Scheduler:
                 self.num_prompt_tokens_computed += min(seq.num_prompt_tokens, after) - before
             if block_size and after // block_size > before // block_size:
                 bm.cache_full_blocks(seq, before)
-            if after == len(seq.token_ids):  # it samples a token this step
+            # As scheduled: in the overlapped loop the token's place is already held here
+            # (`RequestState.reserve`), so the sequence is one longer than this step's end,
+            # and a length test charged no output token but a sequence's last.
+            if samples:
                 sampled.append(seq.tenant)
             if forks and after >= seq.num_prompt_tokens:
                 self._release_forks(seq)
