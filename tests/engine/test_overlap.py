@@ -127,19 +127,25 @@ def test_the_overlapped_loop_gives_the_plain_loops_outputs(varied_model_dir: Pat
     plan = the_plan(reference)
     results = {}
     preemptions = {}
+    books = {}
     for mode in ("off", *MODES):
         engine = make(varied_model_dir, mode, num_blocks=24)  # 96 tokens: preempts
         results[mode] = run_mix(engine, plan, {"cancel": 4})
         preemptions[mode] = engine.scheduler.num_preemptions
+        # Beyond the outputs: prompt tokens computed (recomputation after preemption too) and
+        # the prefix cache's counters.
+        books[mode] = (engine.scheduler.num_prompt_tokens_computed, engine.cache_stats())
         free_when_idle(engine)
     plain = results["off"]
     assert all(preemptions.values()), preemptions
+    assert books["off"][0] > sum(len(engine.encode(p)) for _, p, _ in plan)  # some recomputed
     assert plain[("stop-id", 0)][2] == "stop" and plain[("stop-str", 0)][2] == "stop_string"
     assert plain[("cancel", 0)][2] == "abort" and len(plain[("cancel", 0)][0]) == 4
     assert plain[("seeded", 0)][0] != plain[("seeded", 1)][0]
     assert len(plain[("long", 0)][3]) == 18
     for mode in MODES:
         assert results[mode] == plain, mode
+        assert books[mode] == books["off"], mode
 
 
 @pytest.mark.parametrize("mode", MODES)
