@@ -10,7 +10,7 @@ from typing import NamedTuple
 from worker.engine.sequence import Sequence
 
 _tuple_new = tuple.__new__
-_COMPUTED = itemgetter(2)  # ScheduledSequence.num_computed_tokens, before the class exists
+_COMPUTED = itemgetter(2)  # ScheduledSequence.num_computed_tokens, read by position
 
 
 class ScheduledSequence(NamedTuple):

@@ -1,5 +1,9 @@
 """Two engines in one process, stepped in turn: this checkout's and a copy of an earlier one.
 
+`--temperature` (added in the eighteenth session, `host-zen4-1207/`): the requests' sampling
+temperature; left out, `SamplingParams`' default (1.0), as the sixteenth session's runs sampled.
+`host_overhead.py`'s default mix is greedy: `--temperature 0`.
+
 This session's 2-core VM ran whole processes 1.5-2x slower at times (a `host_overhead.py` run's
 unchanged phases moved together by that much between runs), so before/after processes did not
 resolve changes of 10-30%. Here both engines run the same all-decode steps, stubbed device
@@ -32,15 +36,25 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "ops" / "bench"))
 
+import kernels.quant_reference  # noqa: E402, F401  (the package, before ops/bench's kernels.py)
 import torch  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "ops" / "bench"))
 
 import host_overhead as ho  # noqa: E402
 from host_stub import stub_device_work  # noqa: E402
 
 
-def build(pkg: str, model_dir: Path, batch: int, steps: int, seed: int, loop: str) -> Any:
+def build(
+    pkg: str,
+    model_dir: Path,
+    batch: int,
+    steps: int,
+    seed: int,
+    loop: str,
+    temperature: float | None = None,
+) -> Any:
     """An engine of package ``pkg`` (``worker`` or ``worker_before``) with ``batch`` requests
     decoding, stubbed, past its first steps."""
     engine_mod = importlib.import_module(f"{pkg}.engine.llm_engine")
@@ -62,7 +76,8 @@ def build(pkg: str, model_dir: Path, batch: int, steps: int, seed: int, loop: st
     rng = random.Random(seed)
     vocab = ho.normal_token_ids(engine.tokenizer, engine.model_config.vocab_size)
     for i in range(batch):
-        params = params_mod.SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        sampling = {} if temperature is None else {"temperature": temperature}
+        params = params_mod.SamplingParams(max_tokens=max_tokens, ignore_eos=True, **sampling)
         engine.add_prompt(f"r{i}", params=params, prompt_token_ids=rng.choices(vocab, k=8))
     stub_device_work(engine, random.Random(seed).sample(vocab, 997))
     while len(engine.scheduler.running) < batch or engine.last_num_batched_tokens != batch:
@@ -72,9 +87,11 @@ def build(pkg: str, model_dir: Path, batch: int, steps: int, seed: int, loop: st
     return engine
 
 
-def measure(model_dir: Path, batch: int, steps: int, loop: str) -> dict[str, Any]:
-    engines = {"before": build("worker_before", model_dir, batch, steps, 0, loop),
-               "after": build("worker", model_dir, batch, steps, 0, loop)}
+def measure(
+    model_dir: Path, batch: int, steps: int, loop: str, temperature: float | None
+) -> dict[str, Any]:
+    engines = {"before": build("worker_before", model_dir, batch, steps, 0, loop, temperature),
+               "after": build("worker", model_dir, batch, steps, 0, loop, temperature)}
     times: dict[str, list[float]] = {k: [] for k in engines}
     clock = time.thread_time
     for k in range(steps):
@@ -87,6 +104,7 @@ def measure(model_dir: Path, batch: int, steps: int, loop: str) -> dict[str, Any
     return {
         "batch": batch,
         "loop": loop,
+        "temperature": temperature,
         "steps": steps,
         "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
         "mean_ms": {k: 1e3 * statistics.fmean(v) for k, v in times.items()},
@@ -101,13 +119,15 @@ def main() -> None:
     p.add_argument("--batches", type=int, nargs="+", default=[64, 256])
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--overlap-steps", default="off", help="the loop: off (plain) or async")
+    p.add_argument("--temperature", type=float, help="0: greedy; default: SamplingParams'")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     sys.path.insert(0, str(args.before_root))
     with tempfile.TemporaryDirectory() as tmp:
         tok = ho.resolve_model_dir(None)
         model_dir = ho.write_random_model("host-overhead", tok, Path(tmp), torch.float32, "cpu")
-        runs = [ho.in_worker_thread(lambda b=b: measure(model_dir, b, args.steps, args.overlap_steps))
+        runs = [ho.in_worker_thread(lambda b=b: measure(
+            model_dir, b, args.steps, args.overlap_steps, args.temperature))
                 for b in args.batches]
     for r in runs:
         m = r["median_ms"]

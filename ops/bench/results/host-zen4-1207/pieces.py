@@ -2,7 +2,8 @@
 
 The old forms are copied here as they were at `11d6d83`; each is timed with `timeit` in the
 thread's CPU time (best of 3 repeats of 2,000 calls), on the rows of an engine decoding 256
-requests on the stubbed device (`inproc_ab.build`, greedy). Run from the repository root:
+requests on the stubbed device (`host-1207/inproc_ab.build`, greedy). Run from the repository
+root:
     python ops/bench/results/host-zen4-1207/pieces.py /tmp/bw
 (/tmp/bw: the earlier tree's `worker` package copied as `worker_before`, as `inproc_ab.py` says.)
 """
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import kernels.quant_reference  # noqa: E402, F401  (the package, before ops/bench's kernels.py)
 import torch  # noqa: E402
 
-sys.path[1:1] = [str(HERE), str(ROOT / "ops" / "bench")]
+sys.path[1:1] = [str(HERE.parent / "host-1207"), str(ROOT / "ops" / "bench")]
 import host_overhead as ho  # noqa: E402
 import inproc_ab  # noqa: E402
 
@@ -95,7 +96,7 @@ def main() -> None:
 
 
 def measure(model_dir: Path) -> None:
-    engine = inproc_ab.build("worker", model_dir, 256, 400, 0, "off", 0.0)
+    engine = inproc_ab.build("worker", model_dir, 256, 400, 0, "off", temperature=0.0)
     running = engine.scheduler.running
     states = [engine._states[s.seq_id] for s in running]
     items = engine.runner.batch_order(engine.scheduler.schedule())
