@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -180,7 +181,10 @@ def raise_for_outcome(result: JobResult) -> JobResult:
 
 
 def remaining_ms(deadline: float | None) -> int:
-    """How long the next blocking read may wait, given the caller's monotonic deadline."""
+    """How long the next blocking read may wait, given the caller's monotonic deadline: up to
+    just past it, so that a read which finds nothing ends after the deadline, not a fraction of a
+    millisecond before it (rounding down, and Redis timing blocks on its own millisecond clock,
+    left a last 1 ms read that returned nothing before the JobTimeout)."""
     if deadline is None:
         return READ_BLOCK_MS
-    return max(1, min(READ_BLOCK_MS, int((deadline - time.monotonic()) * 1000)))
+    return max(1, min(READ_BLOCK_MS, math.ceil((deadline - time.monotonic()) * 1000) + 1))
