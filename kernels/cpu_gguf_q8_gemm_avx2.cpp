@@ -9,8 +9,9 @@
 // A panel comes from the file's layout transposed per call (`pack`), or from the blocks stored
 // as 8-row panels at load (`Stored`), its codes widened in registers as they load. On the
 // bundled file's 210 Q4_1 projections (this build on a Zen 4, 1 thread, CPU ms), stored against
-// the file's layout (the one-row kernel below 3 rows): 3.3 / 7.6 at 1 row, 8.4 / 17.5 at 4,
-// 15.6 / 26.1 at 8, 30.2 / 40.1 at 16, 57.1 / 66.6 at 32 (BENCHMARKS.md, 2026-12-06).
+// the file's layout (the one-row kernel below 3 rows): 3.4 / 7.7-8.1 at 1 row, 6.2-6.3 /
+// 15.7-16.3 at 4, 12.3 / 20.9-21.4 at 8, 24.4-24.7 / 32.9-33.3 at 16, 47.5-47.8 / 51.7-52.4 at
+// 32, 90 / 91 at 64, 177-178 / 168-169 at 128 (BENCHMARKS.md, 2026-12-07).
 
 #include "cpu_q8_gemm.h"
 
@@ -99,7 +100,9 @@ void products(const Src& src, const XCodes& xc, int64_t r, float* out, int64_t l
         __m256i dots[R];
         for (int64_t j = 0; j < R; ++j) {
             a[j] = &xc.a[((r + j) * nb + b) * kBlock];
-            dots[j] = _mm256_set1_epi32(xc.init[(r + j) * nb + b]);
+            // Q4_1's codes and AVX2's Q8_0 have no offset: their init is 0, not worth a load.
+            dots[j] = q8::kOffset<F> == 0 ? _mm256_setzero_si256()
+                                          : _mm256_set1_epi32(xc.init[(r + j) * nb + b]);
         }
         if constexpr (F == kQ8_0) {  // the one-row kernel's AVX2 product, cpu_q8_vec.h
             for (int64_t g = 0; g < kGroups; ++g) {
@@ -121,9 +124,9 @@ void products(const Src& src, const XCodes& xc, int64_t r, float* out, int64_t l
                     // Kept a running sum in its register: integer adds reassociate, and gcc
                     // otherwise made all 32 products of a block first, spilled 18 of them to
                     // the stack, and summed them as a tree (the accumulators in memory too).
-                    // The haswell build on a Zen 4, 210 Q4_1 projections as stored panels, 1
-                    // thread, ms: 30.2-30.8 -> 26.4-26.7 at 16 rows, 111-113 -> 99 at 64,
-                    // 225-241 -> 199-208 at 128 (quant_linear.py --avx2, two runs each).
+                    // With the zero init above: 210 Q4_1 projections as stored panels, 1
+                    // thread, ms, 30.3-31.2 -> 24.4-24.7 at 16 rows, 111-116 -> 90 at 64,
+                    // 223-224 -> 177-178 at 128; this alone gave 111-113 -> 99 at 64.
                     __asm__("" : "+x"(sums[j]));
                 }
             }

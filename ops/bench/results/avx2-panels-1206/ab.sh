@@ -10,7 +10,9 @@ if [ "$arch" = haswell ]; then
   export PATERNOSTER_CPU_ARCH=haswell MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
   tag=avx2
 fi
-here=$(cd "$(dirname "$0")" && pwd)
+# OUT=DIR (absolute): the logs go there instead (ops/bench/results/avx2-sums-1207 ran it so, 2026-12-07,
+# with /tmp/before a worktree of fce8381: OUT=... ARCH=haswell bash ab.sh engine ours-a8-kvbf16).
+here=${OUT:-$(cd "$(dirname "$0")" && pwd)}
 run() {  # side, name, command...
   local side=$1 name=$2; shift 2
   local dir=/work/main; [ $side = before ] && dir=/tmp/before
