@@ -189,8 +189,8 @@ class Scheduler:
         self.lane.record(bool(held))
         if bounding:
             self._plan_bounded(bounded, plan, preempted, allowance, lane=bool(held))
-        built, num_built = plan.built_decodes()
-        rest = islice(plan.tokens.items(), num_built, None)
+        built = plan.built_decodes()
+        rest = islice(plan.tokens.items(), len(built), None)
         output = SchedulerOutput.build(rest, preempted, built)
         self._timer.planned(output, self.aging.now)
         return output

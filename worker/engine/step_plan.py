@@ -36,11 +36,9 @@ class StepPlan:
             self.num_tokens -= self.tokens.pop(seq)
             self.dropped.add(seq.seq_id)
 
-    def built_decodes(self) -> tuple[list[ScheduledSequence], int]:
-        """The first pass's rows still planned, and how many entries of ``tokens`` they are
-        (its first ones)."""
-        rows = self.decodes
-        if self.dropped:
-            dropped = self.dropped
-            rows = [item for item in rows if item.seq_id not in dropped]
-        return rows, len(rows)
+    def built_decodes(self) -> list[ScheduledSequence]:
+        """The first pass's rows still planned: the first entries of ``tokens``."""
+        if not self.dropped:
+            return self.decodes
+        dropped = self.dropped
+        return [item for item in self.decodes if item.seq_id not in dropped]
