@@ -50,8 +50,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "Weight rows a panel of gguf_linear_q8's stored panels: 16 with AVX-512 VNNI, 8 on "
           "AVX2");
     m.def("gguf_dequantize", &gguf_dequantize,
-          "GGUF blocks (n, row_bytes) -> float32 (n, k), or bfloat16 rounded to nearest even",
-          py::arg("blocks"), py::arg("format"), py::arg("bf16") = false, nogil);
+          "GGUF blocks (n, row_bytes) -> float32 (n, k), or bfloat16 rounded to nearest even; "
+          "panel_rows: blocks stored as panels of that many rows (quant_reference.pack_panels)",
+          py::arg("blocks"), py::arg("format"), py::arg("bf16") = false,
+          py::arg("panel_rows") = 0, nogil);
     m.def("quant_isa", &quant_isa, "The quantized kernels' vector paths: avx512 or avx2");
     // module_local: a process can load two builds (native and -march=haswell, as the AVX2
     // tests do), and pybind11 registers a type once per process unless it is local.

@@ -8,16 +8,17 @@
 namespace paternoster {
 namespace quant {
 
-// The block's 32 weights as (elements 0-15, elements 16-31).
+// The block's 32 weights as (elements 0-15, elements 16-31), from its scale d, Q4_1's min m
+// (Q4_0's is -8 d; Q8_0 has none) and its code bytes: Q8_0's 32 in (q0, q1), a 4-bit block's
+// 16 in q0 (element j's code in byte j's low nibble, element j + 16's in its high one).
 template <int64_t F>
-inline void dequant(const uint8_t* b, f16v& lo, f16v& hi) {
-    const float d = half(b);
-    const f16v dv = splat(d);
+inline void dequant_codes(float d, float m, __m128i q0, __m128i q1, f16v& lo, f16v& hi) {
     if constexpr (F == kQ8_0) {
-        lo = widen(load16(b + 2), true) * dv;
-        hi = widen(load16(b + 18), true) * dv;
+        const f16v dv = splat(d);
+        lo = widen(q0, true) * dv;
+        hi = widen(q1, true) * dv;
     } else {
-        const float m = F == kQ4_1 ? half(b + 2) : -8.0f * d;
+        if constexpr (F == kQ4_0) m = -8.0f * d;
 #if defined(__AVX512F__)
         // A 4-bit code has 16 values: the block's 16 weights d * q + m are one FMA, and each
         // half of the block a permute of them by its codes (vpermps reads an index's low 4
@@ -29,16 +30,26 @@ inline void dequant(const uint8_t* b, f16v& lo, f16v& hi) {
         const __m512 table = _mm512_fmadd_ps(
             _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
             _mm512_set1_ps(d), _mm512_set1_ps(m));
-        const __m512i codes = _mm512_cvtepu8_epi32(load16(b + (F == kQ4_1 ? 4 : 2)));
+        const __m512i codes = _mm512_cvtepu8_epi32(q0);
         lo = f16v(_mm512_permutexvar_ps(codes, table));
         hi = f16v(_mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table));
 #else
-        const f16v mv = splat(m);
-        const __m128i q = load16(b + (F == kQ4_1 ? 4 : 2)), low4 = _mm_set1_epi8(0x0F);
-        lo = widen(_mm_and_si128(q, low4), false) * dv + mv;
-        hi = widen(_mm_and_si128(_mm_srli_epi16(q, 4), low4), false) * dv + mv;
+        const f16v dv = splat(d), mv = splat(m);
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        lo = widen(_mm_and_si128(q0, low4), false) * dv + mv;
+        hi = widen(_mm_and_si128(_mm_srli_epi16(q0, 4), low4), false) * dv + mv;
 #endif
+        (void)q1;
     }
+}
+
+// The same for a block in the file's layout at b (its head, then its codes).
+template <int64_t F>
+inline void dequant(const uint8_t* b, f16v& lo, f16v& hi) {
+    const float m = F == kQ4_1 ? half(b + 2) : 0.0f;
+    const uint8_t* codes = b + (F == kQ4_1 ? 4 : 2);
+    const __m128i q1 = F == kQ8_0 ? load16(codes + 16) : _mm_setzero_si128();
+    dequant_codes<F>(half(b), m, load16(codes), q1, lo, hi);
 }
 
 #if !defined(__AVX512F__)
@@ -72,22 +83,96 @@ inline void dequant_ymm(const uint8_t* b, __m256 (&wv)[4]) {
 }
 #endif
 
-// A row of nb blocks into dst (nb * 32 floats): the tiles' fill and `gguf_dequantize`.
-template <int64_t F>
-inline void dequant_row(const uint8_t* src, int64_t nb, float* dst) {
+// A row of nb blocks into dst (nb * 32 floats), block b's bytes in the file's layout at
+// `block(b)`: the tiles' fill and `gguf_dequantize`.
+template <int64_t F, class Block>
+inline void dequant_blocks(Block block, int64_t nb, float* dst) {
     for (int64_t b = 0; b < nb; ++b) {
 #if defined(__AVX512F__)
         f16v lo, hi;
-        dequant<F>(src + b * block_bytes(F), lo, hi);
+        dequant<F>(block(b), lo, hi);
         std::memcpy(dst + b * kBlock, &lo, sizeof(lo));
         std::memcpy(dst + b * kBlock + 16, &hi, sizeof(hi));
 #else
         __m256 wv[4];
-        dequant_ymm<F>(src + b * block_bytes(F), wv);
+        dequant_ymm<F>(block(b), wv);
         for (int64_t j = 0; j < 4; ++j) _mm256_storeu_ps(dst + b * kBlock + 8 * j, wv[j]);
 #endif
     }
 }
+
+// A row of nb blocks of the file's layout into dst.
+template <int64_t F>
+inline void dequant_row(const uint8_t* src, int64_t nb, float* dst) {
+    dequant_blocks<F>([src](int64_t b) { return src + b * block_bytes(F); }, nb, dst);
+}
+
+// Row i of a panel of `panel_rows` rows stored as kernels/quant_reference.py `pack_panels`
+// stores them (per block: the rows' 4-byte code words word by word, row after row, then the
+// rows' heads), into dst: AVX2 builds' path (AVX-512 builds take `dequant_panel_rows4`). Each
+// block is put back in the file's layout in a 34-byte buffer: its head by one store, its codes
+// by one 16-byte store per 4 words (the row's words loaded into one vector), which the block's
+// loads then read whole, as the store wrote them. Gathering a panel's rows first with a 4-byte
+// copy a word took 1.3x the file's time for Q4_1 and 2.2x for Q8_0; this way 1.3-1.5x
+// (1,536 x 576 to bf16, 1 thread, AMX Xeon's native build).
+template <int64_t F>
+inline void dequant_panel_row(const uint8_t* panel, int64_t panel_rows, int64_t i, int64_t nb,
+                              float* dst) {
+    constexpr int64_t bb = block_bytes(F), words = F == kQ8_0 ? 8 : 4, head = bb - 4 * words;
+    alignas(16) uint8_t block[bb];
+    dequant_blocks<F>(
+        [&](int64_t b) {
+            const uint8_t* at = panel + b * panel_rows * bb;
+            std::memcpy(block, at + panel_rows * 4 * words + i * head, head);
+            for (int64_t w = 0; w < words; w += 4) {
+                const uint8_t* word = at + (w * panel_rows + i) * 4;
+                const int64_t step = panel_rows * 4;
+                const __m128i codes = _mm_setr_epi32(load32(word), load32(word + step),
+                                                     load32(word + 2 * step),
+                                                     load32(word + 3 * step));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(block + head + 4 * w), codes);
+            }
+            return static_cast<const uint8_t*>(block);
+        },
+        nb, dst);
+}
+
+#if defined(__AVX512F__)
+// Rows i0 to i0 + 3 of a panel of `panel_rows` rows (as `dequant_panel_row` reads one) into
+// dst[0..3], each block's codes straight from registers: the 4 rows' words w lie side by side
+// (16 bytes), so 4 loads and a 4 x 4 transpose of dwords give each row's codes in the file's
+// order. 1,536 x 576 to bf16, 1 thread, AMX Xeon: 1.04-1.2x the file's layout's time, where
+// `dequant_panel_row` took 1.3-1.5x; a whole bf16 call of the bundled file's 210 Q4_1
+// projections at 512 rows, 2 threads, within 2% of the file's layout (BENCHMARKS.md).
+template <int64_t F>
+inline void dequant_panel_rows4(const uint8_t* panel, int64_t panel_rows, int64_t i0, int64_t nb,
+                                float* const (&dst)[4]) {
+    constexpr int64_t bb = block_bytes(F), words = F == kQ8_0 ? 8 : 4, head = bb - 4 * words;
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* at = panel + b * panel_rows * bb;
+        __m128i q[2][4];  // [word group][row]
+        for (int64_t g = 0; g < words / 4; ++g) {
+            __m128i v[4];
+            for (int64_t w = 0; w < 4; ++w) v[w] = load16(at + ((4 * g + w) * panel_rows + i0) * 4);
+            const __m128i t0 = _mm_unpacklo_epi32(v[0], v[1]), t1 = _mm_unpacklo_epi32(v[2], v[3]);
+            const __m128i t2 = _mm_unpackhi_epi32(v[0], v[1]), t3 = _mm_unpackhi_epi32(v[2], v[3]);
+            q[g][0] = _mm_unpacklo_epi64(t0, t1);
+            q[g][1] = _mm_unpackhi_epi64(t0, t1);
+            q[g][2] = _mm_unpacklo_epi64(t2, t3);
+            q[g][3] = _mm_unpackhi_epi64(t2, t3);
+        }
+        const uint8_t* heads = at + panel_rows * 4 * words + i0 * head;
+        for (int64_t j = 0; j < 4; ++j) {
+            const uint8_t* h = heads + j * head;
+            f16v lo, hi;
+            dequant_codes<F>(half(h), F == kQ4_1 ? half(h + 2) : 0.0f, q[0][j],
+                             q[words / 4 - 1][j], lo, hi);
+            std::memcpy(dst[j] + b * kBlock, &lo, sizeof(lo));
+            std::memcpy(dst[j] + b * kBlock + 16, &hi, sizeof(hi));
+        }
+    }
+}
+#endif
 
 }  // namespace quant
 }  // namespace paternoster

@@ -49,7 +49,8 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight,
 // cpu_quant_linear.cpp: weight-only quantized linears (layouts in kernels/quant_reference.py).
 at::Tensor gguf_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
                        const c10::optional<at::Tensor>& bias);
-at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format, bool bf16);
+at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format, bool bf16,
+                           int64_t panel_rows);
 std::string quant_isa();  // "avx512" or "avx2": the vector paths this build compiled
 
 // cpu_gguf_q8.cpp: gguf_linear with x rounded to 8 bits a block (integer dot products); blocks

@@ -141,24 +141,49 @@ void to_bf16(const float* src, int64_t n, at::BFloat16* dst) {
 
 }  // namespace
 
-at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format, bool bf16) {
+at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format, bool bf16,
+                           int64_t panel_rows) {
     const int64_t nb = checked_blocks(blocks, format), n = blocks.size(0), k = nb * kBlock;
+    TORCH_CHECK(panel_rows >= 0 && (panel_rows == 0 || n % panel_rows == 0),
+                "panel_rows must be 0 or divide the ", n, " weight rows");
     at::Tensor out = at::empty({n, k}, blocks.options().dtype(bf16 ? at::kBFloat16 : at::kFloat));
     const uint8_t* wp = blocks.data_ptr<uint8_t>();
     float* op = bf16 ? nullptr : out.data_ptr<float>();
     at::BFloat16* hp = bf16 ? out.data_ptr<at::BFloat16>() : nullptr;
     const int64_t ldw = nb * block_bytes(format);
-    at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+    // Stored panels (`panel_rows`): each row's blocks read from where its panel keeps them,
+    // 4 rows at a time in AVX-512 builds (their panels are 16 rows).
+#if defined(__AVX512F__)
+    constexpr int64_t kRows = 4;
+#else
+    constexpr int64_t kRows = 1;
+#endif
+    const int64_t step = panel_rows > 0 && panel_rows % kRows == 0 ? kRows : 1;
+    const int64_t panel_bytes = panel_rows * ldw;
+    at::parallel_for(0, n / step, 16 / step, [&](int64_t begin, int64_t end) {
         // bf16: each row in fp32 here first (6 KB at k = 1536, in L1), never the whole weight:
         // dequantize-then-`.to` wrote and read a 4-byte copy of every weight (7 MB a call).
-        thread_local std::vector<float> row;
-        if (bf16) row.resize(k);
-        for (int64_t o = begin; o < end; ++o) {
-            float* dst = bf16 ? row.data() : op + o * k;
+        thread_local std::vector<float> rows;
+        if (bf16) rows.resize(kRows * k);
+        for (int64_t t = begin; t < end; ++t) {
+            const int64_t o = t * step;
+            float* dst[kRows];
+            for (int64_t j = 0; j < step; ++j) dst[j] = bf16 ? &rows[j * k] : op + (o + j) * k;
             with_format(format, [&](auto F) {
-                dequant_row<decltype(F)::value>(wp + o * ldw, nb, dst);
+                constexpr int64_t f = decltype(F)::value;
+                const uint8_t* panel = wp + o / std::max<int64_t>(panel_rows, 1) * panel_bytes;
+                if (!panel_rows) {
+                    dequant_row<f>(wp + o * ldw, nb, dst[0]);
+                } else if (step == 1) {
+                    dequant_panel_row<f>(panel, panel_rows, o % panel_rows, nb, dst[0]);
+                } else {
+#if defined(__AVX512F__)
+                    dequant_panel_rows4<f>(panel, panel_rows, o % panel_rows, nb, dst);
+#endif
+                }
             });
-            if (bf16) to_bf16(dst, k, hp + o * k);
+            if (bf16)
+                for (int64_t j = 0; j < step; ++j) to_bf16(dst[j], k, hp + (o + j) * k);
         }
     });
     return out;

@@ -2,7 +2,8 @@
 reads them (`gguf_linear_q8(..., panels=True)`: `rows` on stored bytes, 16-row panels in
 kernels/cpu_gguf_q8_gemm.cpp with AVX-512 VNNI, 8-row ones in cpu_gguf_q8_gemm_avx2.cpp),
 against the reference of x rounded to 8 bits and against the same GEMM over the file's layout;
-and `QuantWeight` storing them where x is rounded at every row count, and only there."""
+`gguf_dequantize` reading them back; and `QuantWeight` storing them where every row count is
+either rounded to 8 bits or dequantized to bf16, and only there."""
 
 from __future__ import annotations
 
@@ -103,6 +104,34 @@ def test_panels_must_be_whole(ops: ModuleType) -> None:
         ops.gguf_linear_q8(torch.randn(2, 64), blocks, qr.Q4_1.type_id, None, True)
 
 
+def check_dequantize_on_panels(module: ModuleType, fmt: qr.BlockFormat, rows: int) -> None:
+    """`gguf_dequantize(..., panel_rows)` gives the file layout's weights, bit for bit, in fp32
+    and in bf16 (k not a power of two: 3 blocks)."""
+    blocks = random_blocks(2 * rows, 96, fmt, seed=rows)
+    panels = qr.pack_panels(blocks, fmt.type_id, rows)
+    want = qr.dequantize(blocks, fmt.type_id)
+    assert torch.equal(module.gguf_dequantize(panels, fmt.type_id, False, rows), want)
+    got16 = module.gguf_dequantize(panels, fmt.type_id, True, rows)
+    assert torch.equal(got16, want.to(torch.bfloat16))
+    assert not torch.equal(module.gguf_dequantize(panels, fmt.type_id), want)  # not the file's
+    with pytest.raises(RuntimeError, match="panel_rows must be 0 or divide"):
+        module.gguf_dequantize(panels, fmt.type_id, False, 3 * rows)
+
+
+@pytest.mark.parametrize("rows", [6, 8, 16])
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_dequantize_reads_stored_panels(ops: ModuleType, fmt: qr.BlockFormat, rows: int) -> None:
+    """Panels of either build's rows (AVX-512 builds read 4 rows at a time from registers), and
+    of 6 (one row at a time, as AVX2 builds read them)."""
+    check_dequantize_on_panels(ops, fmt, rows)
+
+
+@pytest.mark.slow  # the -march=haswell build, the first time
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_the_avx2_build_dequantizes_stored_panels(avx2: ModuleType, fmt: qr.BlockFormat) -> None:
+    check_dequantize_on_panels(avx2, fmt, avx2.q8_panel_rows())
+
+
 def test_quant_weights_store_panels_where_every_row_count_takes_them(ops: ModuleType) -> None:
     """int8 activations: stored as panels of the build's rows (where the rows are whole
     panels), read back in the file's layout for dequantizing and by the rows an embedding looks
@@ -155,3 +184,43 @@ def test_weights_move_between_builds_with_their_panel_rows(
         )
         assert torch.equal(weight.rows(ids), qr.dequantize(blocks[ids], qr.Q8_0.type_id))
     assert torch.equal(weight.blocks(), blocks)
+
+
+def test_int8_below_bf16_stores_panels_and_dequantizes_them(
+    ops: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """int8+bfloat16 where bf16 takes over from `BF16_OVER_INT8_MIN_ROWS` (AMX): the weight is
+    stored as panels, which x's 8-bit GEMM reads below those rows and the bf16 GEMM's
+    dequantizing reads from them; a weight too large to dequantize per call
+    (`GEMM_MAX_BYTES`) never takes bf16, so x is rounded to 8 bits at every row count."""
+    monkeypatch.setattr(quant, "bf16_gemm_supported", lambda: True)
+    monkeypatch.setattr(quant, "amx_supported", lambda: True)
+    rows = ops.q8_panel_rows()
+    blocks = random_blocks(4 * rows, 96, qr.Q4_1, seed=6)
+    weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
+    quant.attach(weight, ops, "int8+bfloat16")
+    top = quant.BF16_OVER_INT8_MIN_ROWS
+    assert weight.panels and (weight.a8_max_rows, weight.bf16_min_rows) == (top - 1, top)
+    w16 = qr.dequantize(blocks, qr.Q4_1.type_id).to(torch.bfloat16)
+    assert torch.equal(weight.dequantize(bf16=True), w16)
+    bias = torch.randn(4 * rows)
+    linear = quant.QuantLinear(weight, bias)
+    for n in (1, 5, top - 1, top, top + 7):
+        x = torch.randn(n, 96)
+        for got in (linear(x), weight.linear(x, bias)):
+            if n < top:
+                want = qr.quant_linear_q8(x, blocks, qr.Q4_1.type_id, bias)
+                torch.testing.assert_close(got, want)
+            else:  # the same bf16 products; oneDNN may sum them in another order
+                want = torch.nn.functional.linear(x.to(torch.bfloat16), w16).float() + bias
+                torch.testing.assert_close(got, want, atol=2e-2, rtol=1e-2)
+    monkeypatch.setattr(quant, "GEMM_MAX_BYTES", weight.in_features * weight.out_features * 2)
+    quant.attach(weight, ops, "int8+bfloat16")
+    assert weight.panels and weight.a8_max_rows == weight.bf16_min_rows == quant.ANY_ROWS
+    assert weight.gemm_min_rows == quant.ANY_ROWS
+    x = torch.randn(top + 7, 96)
+    want = qr.quant_linear_q8(x, blocks, qr.Q4_1.type_id, bias)
+    torch.testing.assert_close(linear(x), want)
+    quant.attach(weight, ops, "float32")  # the exact kernels read the file's layout
+    assert not weight.panels and torch.equal(weight.data, blocks)
+    torch.testing.assert_close(linear(x), qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias))

@@ -18,6 +18,7 @@ from worker.engine.llm_engine import LLMEngine
 from worker.engine.model_runner import ModelRunner
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from worker.models import quant
 from worker.models.cpu_linear import SKINNY_MAX_ROWS
 from worker.models.decode_stack import DecodeStack
 from worker.models.loader import load_model
@@ -207,6 +208,29 @@ def test_int8_activations_round_in_the_stack_as_in_the_python_layers(
         assert float((a - b).abs().max()) < 0.15 * float(b.abs().max())
         ours_top = b.gather(1, a.argmax(-1, keepdim=True)).squeeze(1)
         assert bool((ours_top >= b.max(-1).values - 0.5).all())  # the top token or a near tie
+
+
+def test_int8_below_amx_bf16_reads_panels_in_the_stack_as_in_the_python_layers(
+    smol_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``int8+bfloat16`` on AMX: x rounded to 8 bits below `BF16_OVER_INT8_MIN_ROWS` rows, on
+    weights stored as panels (bf16 GEMMs dequantize them from there), which the stack takes up
+    to those rows, bit for bit with the Python layers; the tied head (too large to dequantize a
+    call) is stored as panels too and rounds x at every row count."""
+    monkeypatch.setattr(quant, "amx_supported", lambda: True)
+    monkeypatch.setattr(quant, "bf16_gemm_supported", lambda: True)
+    fused = runner_of(smol_model_dir, "gguf", activations="int8+bfloat16")
+    plain = runner_of(smol_model_dir, "gguf", False, activations="int8+bfloat16")
+    qkv: Any = fused.model.layers[0].self_attn.qkv_proj  # type: ignore[union-attr]
+    assert qkv.qweight.panels and qkv.qweight.a8_max_rows == quant.BF16_OVER_INT8_MIN_ROWS - 1
+    head: Any = fused.model.lm_head  # type: ignore[union-attr]
+    assert head.qweight.panels and head.qweight.a8_max_rows == ANY_ROWS
+    stack: Any = fused.model.decode_stack
+    assert stack.stack.max_rows == quant.BF16_OVER_INT8_MIN_ROWS - 1
+    vocab = fused.model.config.vocab_size
+    for a, b in zip(steps(fused, 2, 3, vocab), steps(plain, 2, 3, vocab), strict=True):
+        assert torch.equal(a, b)
+    assert fused.model.decode_stack.calls == 3  # type: ignore[union-attr]
 
 
 def test_float32_steps_past_the_skinny_rows_run_onednn_in_the_stack(tmp_path: Path) -> None:

@@ -144,8 +144,9 @@ def _add_linear(stack: Any, linear: nn.Module, ops: ModuleType) -> int:
         w = linear.qweight
         if w.type_id is None:
             stack.add_linear(INT8, w.data, scale=w.scale, bias=linear.bias)
-        elif w.panels:  # x rounded to 8 bits at every row count
+        elif w.panels:  # x rounded to 8 bits up to a8_max_rows (bf16 GEMMs past them)
             stack.add_linear(GGUF_PANELS, w.data, format=w.type_id, bias=linear.bias)
+            return w.a8_max_rows
         else:
             # skinny_rows: rows up to which it rounds x to 8 bits (`gguf_linear_q8`)
             stack.add_linear(

@@ -153,11 +153,14 @@ class QuantWeight(nn.Module):
             raise ValueError(f"unknown activations {activations!r}; expected {ACTIVATIONS}")
         self.ops = ops
         gguf, int8 = GEMM_MIN_ROWS[ops.quant_isa() if ops is not None else "avx512"]
+        # Whether a call may dequantize the whole weight (`GEMM_MAX_BYTES`); else the kernels
+        # (or x's 8 bits) take every row count.
+        small = self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
         # Rows from which `linear` dequantizes into an fp32 GEMM instead of the kernel.
-        self.gemm_min_rows = int8 if self.type_id is None else gguf
+        self.gemm_min_rows = (int8 if self.type_id is None else gguf) if small else ANY_ROWS
         gguf_ops = self.type_id is not None and ops is not None
         kinds = set(activations.split("+")) if gguf_ops else set()
-        bf16 = "bfloat16" in kinds and bf16_gemm_supported()
+        bf16 = "bfloat16" in kinds and bf16_gemm_supported() and small
         a8 = "int8" in kinds
         self.bf16_min_rows = ANY_ROWS
         if bf16 and not a8:
@@ -169,7 +172,7 @@ class QuantWeight(nn.Module):
         if a8:
             bf16_from = self.bf16_min_rows
             self.a8_max_rows = ANY_ROWS if bf16_from == ANY_ROWS else bf16_from - 1
-        self.store_panels(self.a8_max_rows == ANY_ROWS)
+        self.store_panels(self.a8_max_rows > 0)
 
     def store_panels(self, wanted: bool) -> None:
         """Store the blocks as panels where ``wanted`` and our build's 8-bit GEMM reads them
@@ -177,9 +180,14 @@ class QuantWeight(nn.Module):
         GEMM then runs at every row count, widening the stored codes as it loads them, with no
         per-call transpose: on VNNI the bundled file's 210 projections took 3.8 ms at 1 row
         against the one-row kernel's 7.2, 9.9 against 18.7 at 8, 62.3 against 69.4 at 64 (1
-        thread, Zen 4; BENCHMARKS.md). Only x's 8-bit kernels read panels, so only weights that
-        take them at every row count are stored so; a tied embedding reads its rows from
-        them (`rows`)."""
+        thread, Zen 4; BENCHMARKS.md). x's 8-bit kernels read panels, and so does the C++
+        dequantizing of the bf16 GEMM's rows (`dequantize`); the exact kernels do not, so only
+        weights whose every row count takes one of the two are stored so (``wanted``: x rounded
+        to 8 bits wherever bf16 does not take over). A tied embedding reads its rows from them
+        (`rows`). Until 2026-12-07 int8+bfloat16 on AMX kept the file's layout, so its decode
+        steps transposed every panel per call: stored, its 210 projections went from 3.3 to
+        2.2 ms at 1 row, 7.3 to 3.5 at 4, 9.8 to 8.5 at 16 (2 threads, AMX Xeon), its bf16
+        steps within 2% at 512 rows, same tokens (BENCHMARKS.md)."""
         rows = self.ops.q8_panel_rows() if self.ops is not None else 0
         whole = rows > 0 and self.out_features % rows == 0
         panel_rows = rows if wanted and self.type_id is not None and whole else 0
@@ -228,8 +236,8 @@ class QuantWeight(nn.Module):
             w = qr.dequantize_int8(self.data, self.scale)
         else:
             assert self.type_id is not None
-            if self.ops is not None:
-                return self.ops.gguf_dequantize(self.blocks(), self.type_id, bf16)
+            if self.ops is not None:  # reads stored panels where they are
+                return self.ops.gguf_dequantize(self.data, self.type_id, bf16, self.panel_rows)
             w = qr.dequantize(self.blocks(), self.type_id)
         return w.to(torch.bfloat16) if bf16 else w
 
@@ -241,13 +249,12 @@ class QuantWeight(nn.Module):
             return torch.nn.functional.linear(x, w, bias)
         if x.shape[0] <= self.a8_max_rows:
             return ops.gguf_linear_q8(x, self.data, self.type_id, bias, self.panels)
-        small = self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
-        if x.shape[0] >= self.bf16_min_rows and small:
+        if x.shape[0] >= self.bf16_min_rows:
             # Transient: one weight in bf16 (3.5 MB at most for SmolLM2) for this call only.
             w16 = self.dequantize(bf16=True)
             out = torch.nn.functional.linear(x.to(torch.bfloat16), w16).float()
             return out if bias is None else out.add_(bias)
-        if x.shape[0] >= self.gemm_min_rows and small:
+        if x.shape[0] >= self.gemm_min_rows:
             # Transient: one weight's fp32 (7 MB at most for SmolLM2) for this call only.
             return dense_linear(x, self.dequantize(), bias)
         if self.scale is not None:
