@@ -107,30 +107,48 @@ inline void dequant_row(const uint8_t* src, int64_t nb, float* dst) {
     dequant_blocks<F>([src](int64_t b) { return src + b * block_bytes(F); }, nb, dst);
 }
 
-// Row i of a panel of `panel_rows` rows stored as kernels/quant_reference.py `pack_panels`
-// stores them (per block: the rows' 4-byte code words word by word, row after row, then the
-// rows' heads), into dst: AVX2 builds' path (AVX-512 builds take `dequant_panel_rows4`). Each
-// block is put back in the file's layout in a 34-byte buffer: its head by one store, its codes
-// by one 16-byte store per 4 words (the row's words loaded into one vector), which the block's
-// loads then read whole, as the store wrote them. Gathering a panel's rows first with a 4-byte
+// Where a panel of `rows` weight rows stored as kernels/quant_reference.py `pack_panels` stores
+// them keeps a block's bytes: per block, the rows' 4-byte code words word by word, row after
+// row, then the rows' heads (cpu_q8_gemm.h's StoredPanel, with its rows a compile-time count,
+// reads the same bytes a word of every row at once).
+template <int64_t F>
+struct PanelBlocks {
+    static constexpr int64_t kWords = F == kQ8_0 ? 8 : 4;  // code words a block row
+    static constexpr int64_t kHead = block_bytes(F) - 4 * kWords;
+    const uint8_t* panel;
+    int64_t rows;
+    const uint8_t* block(int64_t b) const { return panel + b * rows * block_bytes(F); }
+    // Row i's word w of block b; the rows' words w lie side by side from row 0's.
+    const uint8_t* word(int64_t b, int64_t w, int64_t i) const {
+        return block(b) + (w * rows + i) * 4;
+    }
+    const uint8_t* head(int64_t b, int64_t i) const {
+        return block(b) + rows * 4 * kWords + i * kHead;
+    }
+};
+
+// Row i of a panel of `panel_rows` stored rows (`PanelBlocks`) into dst: AVX2 builds' path
+// (AVX-512 builds take `dequant_panel_rows4`). Each block is put back in the file's layout in a
+// 34-byte buffer: its head by one store, its codes by one 16-byte store per 4 words (the row's
+// words loaded into one vector), which the block's loads then read whole, as the store wrote
+// them. Gathering a panel's rows first with a 4-byte
 // copy a word took 1.3x the file's time for Q4_1 and 2.2x for Q8_0; this way 1.3-1.5x
 // (1,536 x 576 to bf16, 1 thread, AMX Xeon's native build).
 template <int64_t F>
 inline void dequant_panel_row(const uint8_t* panel, int64_t panel_rows, int64_t i, int64_t nb,
                               float* dst) {
-    constexpr int64_t bb = block_bytes(F), words = F == kQ8_0 ? 8 : 4, head = bb - 4 * words;
-    alignas(16) uint8_t block[bb];
+    using P = PanelBlocks<F>;
+    const P p{panel, panel_rows};
+    alignas(16) uint8_t block[block_bytes(F)];
     dequant_blocks<F>(
         [&](int64_t b) {
-            const uint8_t* at = panel + b * panel_rows * bb;
-            std::memcpy(block, at + panel_rows * 4 * words + i * head, head);
-            for (int64_t w = 0; w < words; w += 4) {
-                const uint8_t* word = at + (w * panel_rows + i) * 4;
-                const int64_t step = panel_rows * 4;
-                const __m128i codes = _mm_setr_epi32(load32(word), load32(word + step),
-                                                     load32(word + 2 * step),
-                                                     load32(word + 3 * step));
-                _mm_storeu_si128(reinterpret_cast<__m128i*>(block + head + 4 * w), codes);
+            std::memcpy(block, p.head(b, i), P::kHead);
+            for (int64_t w = 0; w < P::kWords; w += 4) {
+                const __m128i codes = _mm_setr_epi32(load32(p.word(b, w, i)),
+                                                     load32(p.word(b, w + 1, i)),
+                                                     load32(p.word(b, w + 2, i)),
+                                                     load32(p.word(b, w + 3, i)));
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(block + P::kHead + 4 * w), codes);
             }
             return static_cast<const uint8_t*>(block);
         },
@@ -147,13 +165,13 @@ inline void dequant_panel_row(const uint8_t* panel, int64_t panel_rows, int64_t 
 template <int64_t F>
 inline void dequant_panel_rows4(const uint8_t* panel, int64_t panel_rows, int64_t i0, int64_t nb,
                                 float* const (&dst)[4]) {
-    constexpr int64_t bb = block_bytes(F), words = F == kQ8_0 ? 8 : 4, head = bb - 4 * words;
+    using P = PanelBlocks<F>;
+    const P p{panel, panel_rows};
     for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* at = panel + b * panel_rows * bb;
         __m128i q[2][4];  // [word group][row]
-        for (int64_t g = 0; g < words / 4; ++g) {
+        for (int64_t g = 0; g < P::kWords / 4; ++g) {
             __m128i v[4];
-            for (int64_t w = 0; w < 4; ++w) v[w] = load16(at + ((4 * g + w) * panel_rows + i0) * 4);
+            for (int64_t w = 0; w < 4; ++w) v[w] = load16(p.word(b, 4 * g + w, i0));
             const __m128i t0 = _mm_unpacklo_epi32(v[0], v[1]), t1 = _mm_unpacklo_epi32(v[2], v[3]);
             const __m128i t2 = _mm_unpackhi_epi32(v[0], v[1]), t3 = _mm_unpackhi_epi32(v[2], v[3]);
             q[g][0] = _mm_unpacklo_epi64(t0, t1);
@@ -161,12 +179,11 @@ inline void dequant_panel_rows4(const uint8_t* panel, int64_t panel_rows, int64_
             q[g][2] = _mm_unpacklo_epi64(t2, t3);
             q[g][3] = _mm_unpackhi_epi64(t2, t3);
         }
-        const uint8_t* heads = at + panel_rows * 4 * words + i0 * head;
         for (int64_t j = 0; j < 4; ++j) {
-            const uint8_t* h = heads + j * head;
+            const uint8_t* h = p.head(b, i0 + j);
             f16v lo, hi;
             dequant_codes<F>(half(h), F == kQ4_1 ? half(h + 2) : 0.0f, q[0][j],
-                             q[words / 4 - 1][j], lo, hi);
+                             q[P::kWords / 4 - 1][j], lo, hi);
             std::memcpy(dst[j] + b * kBlock, &lo, sizeof(lo));
             std::memcpy(dst[j] + b * kBlock + 16, &hi, sizeof(hi));
         }

@@ -171,16 +171,13 @@ at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t format, bool bf16,
             for (int64_t j = 0; j < step; ++j) dst[j] = bf16 ? &rows[j * k] : op + (o + j) * k;
             with_format(format, [&](auto F) {
                 constexpr int64_t f = decltype(F)::value;
-                const uint8_t* panel = wp + o / std::max<int64_t>(panel_rows, 1) * panel_bytes;
-                if (!panel_rows) {
-                    dequant_row<f>(wp + o * ldw, nb, dst[0]);
-                } else if (step == 1) {
-                    dequant_panel_row<f>(panel, panel_rows, o % panel_rows, nb, dst[0]);
-                } else {
+                if (!panel_rows) return dequant_row<f>(wp + o * ldw, nb, dst[0]);
+                const uint8_t* panel = wp + o / panel_rows * panel_bytes;
 #if defined(__AVX512F__)
-                    dequant_panel_rows4<f>(panel, panel_rows, o % panel_rows, nb, dst);
+                if (step == kRows)
+                    return dequant_panel_rows4<f>(panel, panel_rows, o % panel_rows, nb, dst);
 #endif
-                }
+                dequant_panel_row<f>(panel, panel_rows, o % panel_rows, nb, dst[0]);
             });
             if (bf16)
                 for (int64_t j = 0; j < step; ++j) to_bf16(dst[j], k, hp + (o + j) * k);
