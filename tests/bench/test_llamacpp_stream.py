@@ -74,3 +74,19 @@ def test_a_dropped_connection_names_the_server_status_and_log(tmp_path: Path) ->
     assert "Server disconnected" in message
     assert "exit status 3" in message
     assert message.endswith("line 28\nline 29") and "line 27" not in message
+
+
+def test_rounds_report_each_and_any_wrong_length() -> None:
+    """Two timed rounds: the first's outputs and TTFTs lead, ``rounds`` holds both; a short
+    output in the second round alone still fails the length check."""
+    requests = [{"request_id": "r1", "prompt_token_ids": [5, 6], "max_tokens": 3}]
+    first = asyncio.run(complete_all([[5, 6]], 3))
+    second = asyncio.run(complete_all([[5, 6]], 3))
+    args = argparse.Namespace(label="llama.cpp")
+    report = llamacpp.with_rounds(args, requests, [(2.0, first), (1.0, second)])
+    assert report["wall_s"] == 2.0 and report["outputs"] == {"r1": [0, 1, 2]}
+    assert [r["output_tok_s"] for r in report["rounds"]] == [1.5, 3.0]
+    assert report["lengths_ok"]
+    second[0]["num_generated"] = 2
+    report = llamacpp.with_rounds(args, requests, [(2.0, first), (1.0, second)])
+    assert not report["lengths_ok"] and report["wrong_lengths"] == [("r1", 2, 3)]

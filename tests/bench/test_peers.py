@@ -195,6 +195,16 @@ def test_vllm_default_is_auto_bind_with_compile(
     assert default[default.index("--rounds") + 1] == "2"
 
 
+def test_llamacpp_gets_the_rounds(
+    peers: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp runs ``--rounds`` after one start-up, as vLLM does; before 2026-12-07 it ran
+    once whatever the count, so its column had one round where the others had two."""
+    args = argparse.Namespace(threads=2, rounds=2, venv_root=tmp_path, llamacpp_no_repack=False)
+    argv = peers.peer_args(peers.PEERS["llama.cpp-q4_1"], args, tmp_path / "w.json")
+    assert argv[argv.index("--rounds") + 1] == "2" and "--no-repack" not in argv
+
+
 def test_vllm_auto_dtype_runs_vllms_own_choice_on_the_float32_export(
     peers: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

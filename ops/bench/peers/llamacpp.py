@@ -50,6 +50,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=18477)
     p.add_argument("--startup-timeout-s", type=float, default=180.0)
     p.add_argument("--label", default="llama.cpp")
+    p.add_argument(
+        "--rounds", type=int, default=1, help="timed runs of the workload after one start-up"
+    )
     # On a 2-core Xeon with AMX (2026-12-04) llama-server's default weight repacking killed it
     # at start (SIGSEGV after "threadpool init", 1 or 2 threads); without it, it serves.
     p.add_argument("--no-repack", action="store_true", help="llama-server --no-repack")
@@ -155,7 +158,12 @@ async def complete(client: httpx.AsyncClient, prompt: list[int], n: int) -> dict
     }
 
 
-async def run_all(port: int, requests: Sequence[dict[str, Any]]) -> tuple[float, list[Any]]:
+async def run_all(
+    port: int, requests: Sequence[dict[str, Any]], rounds: int = 1
+) -> list[tuple[float, list[Any]]]:
+    """One warm-up, then ``rounds`` timed runs of every request at once: (wall s, results) each.
+    Every request says ``cache_prompt: false`` (`complete`), so a round finds nothing of the
+    one before in its slot."""
     limits = httpx.Limits(max_connections=len(requests) + 1)
     base = f"http://127.0.0.1:{port}"
     # The warm-up on a connection of its own. A timed request that reused the one the warm-up's
@@ -163,11 +171,14 @@ async def run_all(port: int, requests: Sequence[dict[str, Any]]) -> tuple[float,
     # single-request runs on a Zen 2 EPYC (1 and 2 threads); 0 of 8 since (2026-12-07).
     async with httpx.AsyncClient(base_url=base, timeout=None) as client:
         await complete(client, WARMUP_PROMPT, WARMUP_OUTPUT)
-    async with httpx.AsyncClient(base_url=base, timeout=None, limits=limits) as client:
-        start = time.perf_counter()
-        jobs = [complete(client, r["prompt_token_ids"], r["max_tokens"]) for r in requests]
-        results = await asyncio.gather(*jobs)
-        return time.perf_counter() - start, results
+    timed = []
+    for _ in range(rounds):  # a client each, as the first round had
+        async with httpx.AsyncClient(base_url=base, timeout=None, limits=limits) as client:
+            start = time.perf_counter()
+            jobs = [complete(client, r["prompt_token_ids"], r["max_tokens"]) for r in requests]
+            results = await asyncio.gather(*jobs)
+            timed.append((time.perf_counter() - start, results))
+    return timed
 
 
 def summarize(
@@ -207,6 +218,23 @@ def summarize(
     }
 
 
+def with_rounds(
+    args: argparse.Namespace,
+    requests: Sequence[dict[str, Any]],
+    timed: Sequence[tuple[float, list[Any]]],
+) -> dict[str, Any]:
+    """The first round's summary (outputs, parity, TTFTs), as run_peers reads every peer's, with
+    ``rounds`` holding each round's wall time, output tok/s and TTFTs, as vllm_cpu.py's; a
+    round whose lengths are wrong puts its requests in ``wrong_lengths``."""
+    summaries = [summarize(args, requests, wall, results) for wall, results in timed]
+    result = summaries[0]
+    keys = ("wall_s", "output_tok_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s")
+    result["rounds"] = [{k: s[k] for k in keys} for s in summaries]
+    wrong = [w for s in summaries for w in s["wrong_lengths"]]
+    result["lengths_ok"], result["wrong_lengths"] = not wrong, wrong[:5]
+    return result
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if not args.server.exists():
@@ -222,12 +250,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             props = client.get("/props").json()
         startup_s = time.perf_counter() - started
         try:
-            wall, results = asyncio.run(run_all(args.port, requests))
+            timed = asyncio.run(run_all(args.port, requests, args.rounds))
         except httpx.TransportError as exc:
             raise RuntimeError(server_failure(proc, Path(log.name), exc)) from exc
     finally:
         stop(proc)
-    result = summarize(args, requests, wall, results)
+    result = with_rounds(args, requests, timed)
     result["startup_s"] = startup_s
     result["config"] = {
         "command": command,

@@ -105,6 +105,7 @@ def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list
     return [
         *common,
         *("--gguf", str(gguf), "--server", str(server), "--threads", str(args.threads)),
+        *("--rounds", str(getattr(args, "rounds", 1))),
         *repack,
     ]
 

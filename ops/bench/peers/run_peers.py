@@ -229,7 +229,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--peer-timeout-s", type=float, default=1800.0)
     p.add_argument("--parity-requests", type=int, default=8)
     p.add_argument(
-        "--rounds", type=int, default=1, help="timed runs of each system (vLLM: one start-up)"
+        "--rounds",
+        type=int,
+        default=1,
+        help="timed runs of each system (vLLM, llama.cpp: one start-up)",
     )
     p.add_argument("--workload-file", type=Path, help="default: beside --out, or a temp file")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
