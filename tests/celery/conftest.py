@@ -1,5 +1,5 @@
 """Fixtures of the Celery bridge tests: a real ``celery worker`` subprocess on the test Redis and
-a real Paternoster JobWorker on the tiny model, both for the whole session (starting them costs
+a real Paternoster JobWorker on the tiny model, both for this package's tests (starting them costs
 seconds), with key prefixes of their own that are deleted afterwards."""
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_START_S = 60  # a cold start on 2 busy cores; it is ready in about 3 s here
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def celery_prefixes() -> Iterator[tuple[str, str]]:
     """(the Celery keys' prefix, the Paternoster jobs' prefix) for this session."""
     tag = uuid.uuid4().hex[:12]
     yield f"pn-test-celery-{tag}:", f"pn-test-jobs-{tag}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def celery_app(redis_url: str, celery_prefixes: tuple[str, str]) -> Iterator[Any]:
     celery_prefix, job_prefix = celery_prefixes
     app = make_app(broker_url(redis_url), celery_prefix, redis_url, job_prefix)
@@ -60,7 +60,7 @@ class SlowStep:
         return self.step()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def job_worker(
     redis_url: str, tiny_model_dir: Path, celery_prefixes: tuple[str, str]
 ) -> Iterator[JobWorker]:
@@ -77,7 +77,7 @@ def slow_steps(job_worker: JobWorker) -> Iterator[SlowStep]:
     slow.delay_s = 0.0
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def celery_worker(
     redis_url: str, celery_prefixes: tuple[str, str], celery_app: Any, job_worker: JobWorker
 ) -> Iterator[subprocess.Popen[bytes]]:

@@ -61,9 +61,9 @@ def stop(served: Served) -> None:
     served.thread.join(timeout=10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gw_prefix(redis_url: str) -> Iterator[str]:
-    """A key prefix for the session's jobs; its keys (and the idle prefix's) go afterwards."""
+    """A key prefix for this package's jobs; its keys (and the idle prefix's) go afterwards."""
     prefix = f"pn-gw-{uuid.uuid4().hex[:10]}"
     yield prefix
     client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -74,7 +74,7 @@ def gw_prefix(redis_url: str) -> Iterator[str]:
     client.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gateway(redis_url: str, gw_prefix: str, tiny_model_dir: Path) -> Iterator[Served]:
     """The plain gateway, with a worker on the tiny model behind it."""
     with running_worker(tiny_engine(tiny_model_dir), redis_url, gw_prefix):
@@ -83,7 +83,7 @@ def gateway(redis_url: str, gw_prefix: str, tiny_model_dir: Path) -> Iterator[Se
         stop(served)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def auth_gateway(
     redis_url: str, gw_prefix: str, gateway: Served, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
@@ -96,7 +96,7 @@ def auth_gateway(
     stop(served)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def idle_gateway(redis_url: str, gw_prefix: str) -> Iterator[Served]:
     """A gateway on a prefix no worker reads: its jobs stay queued until cancelled. Short
     timeouts so a waiting request ends quickly."""
@@ -108,7 +108,7 @@ def idle_gateway(redis_url: str, gw_prefix: str) -> Iterator[Served]:
     stop(served)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def idle_auth_gateway(redis_url: str, gw_prefix: str) -> Iterator[Served]:
     """The idle gateway's prefix (no worker) behind bearer auth: jobs stay queued."""
     config = GatewayConfig(

@@ -12,9 +12,25 @@ import pytest
 from worker.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.service.build import build_worker
+from worker.service.cancels import CancelListener
 from worker.service.config import WorkerConfig
+from worker.service.intake import Intake
 from worker.service.metrics import WorkerMetrics
+from worker.service.publisher import Publisher
 from worker.service.worker import JobWorker
+
+# A worker's threads that read Redis. One left running by an earlier test reads on into these
+# tests: the Celery and gateway tests' workers, session-scoped until 2026-12-07, ran through
+# every later directory, and one took the read that test_redis_batch.py's patched redis-py
+# class was to fail, so that test failed in a CI run.
+REDIS_THREADS = (Intake, Publisher, CancelListener)
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left_running() -> None:
+    """Each test here starts with no other test's worker threads still reading Redis."""
+    left = [t.name for t in threading.enumerate() if isinstance(t, REDIS_THREADS) and t.is_alive()]
+    assert not left, f"worker threads of an earlier test still run: {left}"
 
 
 @pytest.fixture
