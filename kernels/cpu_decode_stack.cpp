@@ -59,6 +59,8 @@ at::Tensor DecodeStack::Linear::operator()(const at::Tensor& x) const {
             return gguf_linear(x, weight, format, bias);
         case kGgufPanels:  // x rounded to 8 bits at every row count
             return gguf_linear_q8(x, weight, format, bias, true);
+        case kGgufKmajor:  // exact x at every row count the stack takes
+            return gguf_linear_kmajor(x, weight, format, bias);
         default:
             return int8_linear(x, weight, scale, bias);
     }
@@ -82,7 +84,8 @@ void DecodeStack::add_linear(int64_t kind, c10::optional<at::Tensor> weight,
                              c10::optional<at::Tensor> scale, int64_t format,
                              c10::optional<at::Tensor> bias, c10::optional<at::Tensor> packed,
                              int64_t skinny_rows) {
-    TORCH_CHECK(kind == kFloat32 || kind == kGguf || kind == kInt8 || kind == kGgufPanels,
+    TORCH_CHECK(kind == kFloat32 || kind == kGguf || kind == kInt8 || kind == kGgufPanels ||
+                    kind == kGgufKmajor,
                 "unknown linear kind ", kind);
     TORCH_CHECK(kind != kInt8 || scale.has_value(), "an int8 linear needs its scale");
     TORCH_CHECK(kind != kFloat32 || packed.has_value(), "a float32 linear needs its packed weight");

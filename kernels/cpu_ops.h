@@ -60,6 +60,12 @@ at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t
 namespace quant {
 int64_t q8_panel_rows();  // cpu_quant.h
 }  // namespace quant
+// cpu_gguf_kmajor.cpp: the exact gguf_linear over Q4_1 blocks stored k-major
+// (kernels/quant_reference.py `pack_kmajor`), and their dequantizing; AVX-512 builds.
+bool gguf_kmajor_supported(int64_t format);
+at::Tensor gguf_linear_kmajor(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
+                              const c10::optional<at::Tensor>& bias);
+at::Tensor gguf_dequantize_kmajor(const at::Tensor& blocks, int64_t format);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
                        const c10::optional<at::Tensor>& bias);
 
@@ -72,6 +78,7 @@ class DecodeStack {
     static constexpr int64_t kGguf = 1;     // gguf_linear(_q8 up to skinny_rows) on GGUF blocks
     static constexpr int64_t kInt8 = 2;     // int8_linear on an int8 weight and its scale
     static constexpr int64_t kGgufPanels = 3;  // gguf_linear_q8 on GGUF blocks stored as panels
+    static constexpr int64_t kGgufKmajor = 4;  // gguf_linear_kmajor on blocks stored k-major
 
     DecodeStack(int64_t num_q_heads, int64_t num_kv_heads, int64_t head_size, double eps,
                 double scale, at::Tensor final_norm);

@@ -5,8 +5,9 @@ chunks' attention in float32 over either cache dtype), `cpu_prefill_bf16.cpp` an
 `cpu_prefill_amx.cpp` (the same over a bf16 cache with bf16 products: AVX-512 BF16 dot products
 or AMX tiles), `cpu_layer_ops.cpp` (rotary, SiLU, residual + RMSNorm), `cpu_linear.cpp`
 (projections of few rows), `cpu_quant_linear.cpp` and `cpu_int8_linear.cpp` (projections of GGUF
-blocks and of int8 weights; `cpu_quant.h`) and `cpu_decode_stack.cpp` (every layer of an
-all-decode step in one call, over those kernels), bound to Python in `cpu_bindings.cpp`.
+blocks and of int8 weights; `cpu_quant.h`), `cpu_gguf_kmajor.cpp` (Q4_1 blocks stored k-major)
+and `cpu_decode_stack.cpp` (every layer of an all-decode step in one call, over those kernels),
+bound to Python in `cpu_bindings.cpp`.
 
 The source is compiled for the machine it runs on (``-march=native``; ``PATERNOSTER_CPU_ARCH``,
 read once per process, or `load`'s ``arch`` names another ``-march`` target, e.g. ``haswell`` to
@@ -50,6 +51,7 @@ SOURCES = [
     _HERE / "cpu_layer_ops.cpp",
     _HERE / "cpu_linear.cpp",
     _HERE / "cpu_quant_linear.cpp",
+    _HERE / "cpu_gguf_kmajor.cpp",
     _HERE / "cpu_gguf_avx2.cpp",
     _HERE / "cpu_gguf_q8.cpp",
     _HERE / "cpu_gguf_q8_gemm.cpp",

@@ -109,6 +109,58 @@ def pack_panels(blocks: torch.Tensor, type_id: int, rows: int) -> torch.Tensor:
     return torch.cat(parts, dim=-1).reshape(blocks.shape).contiguous()
 
 
+KMAJOR_COLS = 32  # weight rows (output columns) a group of blocks stored k-major
+
+
+def pack_kmajor(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
+    """Q4_1 blocks ``(n, row_bytes)`` stored k-major, the same shape and bytes: per group of 32
+    weight rows and block, the rows' 32 ``d`` then 32 ``m`` (fp16), then for each of the block's
+    32 elements one 16-byte line of the rows' codes, row ``c``'s in byte ``c % 16`` (low nibble
+    for ``c < 16``, high for ``c >= 16``). What kernels/cpu_gguf_kmajor.cpp reads, one weight row
+    a vector lane. ``n`` a multiple of 32."""
+    fmt = block_format(type_id)
+    if fmt is not Q4_1:
+        raise ValueError(f"{fmt.name} blocks are not stored k-major (Q4_1 only)")
+    n = blocks.shape[0]
+    if n % KMAJOR_COLS:
+        raise ValueError(f"{n} weight rows are not whole groups of {KMAJOR_COLS}")
+    nb = in_features(blocks, type_id) // BLOCK
+    b = blocks.reshape(n // KMAJOR_COLS, KMAJOR_COLS, nb, fmt.block_bytes).permute(0, 2, 1, 3)
+    d, m, qs = b[..., 0:2], b[..., 2:4], b[..., 4:]  # (groups, nb, 32 rows, bytes)
+    codes = torch.cat((qs & 0x0F, qs >> 4), dim=-1)  # (groups, nb, 32 rows, 32 elements)
+    half = KMAJOR_COLS // 2
+    lines = codes[:, :, :half] | (codes[:, :, half:] << 4)  # (groups, nb, 16 rows, 32 elements)
+    parts = (d.flatten(2), m.flatten(2), lines.transpose(2, 3).flatten(2))
+    return torch.cat(parts, dim=-1).reshape(blocks.shape).contiguous()
+
+
+def unpack_kmajor(packed: torch.Tensor, type_id: int) -> torch.Tensor:
+    """The file's layout of blocks that `pack_kmajor` stored k-major."""
+    fmt = block_format(type_id)
+    n = packed.shape[0]
+    nb = in_features(packed, type_id) // BLOCK
+    cols, half = KMAJOR_COLS, KMAJOR_COLS // 2
+    p = packed.reshape(n // cols, nb, cols * fmt.block_bytes)
+    d = p[..., : 2 * cols].reshape(n // cols, nb, cols, 2)
+    m = p[..., 2 * cols : 4 * cols].reshape(n // cols, nb, cols, 2)
+    lines = p[..., 4 * cols :].reshape(n // cols, nb, BLOCK, half).transpose(2, 3)
+    codes = torch.cat((lines & 0x0F, lines >> 4), dim=2)  # (groups, nb, 32 rows, 32 elements)
+    qs = codes[..., :half] | (codes[..., half:] << 4)
+    b = torch.cat((d, m, qs), dim=-1).permute(0, 2, 1, 3)  # (groups, 32 rows, nb, 20)
+    return b.reshape(packed.shape).contiguous()
+
+
+def kmajor_rows_of(packed: torch.Tensor, type_id: int, index: torch.Tensor) -> torch.Tensor:
+    """Weight rows ``index`` (1-D) in the file's layout, read from blocks `pack_kmajor` stored:
+    only the groups that hold them are unpacked (a tied embedding's lookup)."""
+    groups, row = index // KMAJOR_COLS, index % KMAJOR_COLS
+    wanted, which = torch.unique(groups, return_inverse=True)
+    width = packed.shape[1]
+    part = packed.reshape(-1, KMAJOR_COLS * width)[wanted].reshape(-1, width)
+    rows = unpack_kmajor(part, type_id).reshape(len(wanted), KMAJOR_COLS, width)
+    return rows[which, row]
+
+
 def unpack_panels(panels: torch.Tensor, type_id: int, rows: int) -> torch.Tensor:
     """The file's layout of blocks that `pack_panels` stored as panels."""
     return panel_rows_of(panels, type_id, rows, torch.arange(panels.shape[0]))

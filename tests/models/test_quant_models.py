@@ -60,6 +60,44 @@ def test_quant_linear_agrees_with_the_reference_on_every_path(with_kernels: bool
         )
 
 
+def test_exact_q4_1_is_stored_k_major_where_the_build_reads_it() -> None:
+    """Where x stays exact (float32 activations) and our build has the k-major kernel, Q4_1
+    blocks are stored k-major; every reader gives what the file's layout gives, and another
+    mode or the torch references put the file's layout back."""
+    import gguf
+
+    from kernels import cpu_ops
+    from kernels import quant_reference as qr
+
+    ops = cpu_ops.load()
+    if not ops.gguf_kmajor_supported(qr.Q4_1.type_id):
+        pytest.skip("this CPU's build has no k-major kernel (AVX-512 only)")
+    w = torch.randn(96, 64)
+    blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
+    weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
+    quant.attach(weight, ops)
+    assert weight.kmajor and not weight.panels and not torch.equal(weight.data, blocks)
+    assert torch.equal(weight.blocks(), blocks)
+    assert torch.equal(weight.dequantize(), qr.dequantize(blocks, qr.Q4_1.type_id))
+    ids = torch.tensor([95, 0, 40, 40])
+    assert torch.equal(weight.rows(ids), qr.dequantize(blocks[ids], qr.Q4_1.type_id))
+    bias = torch.randn(96)
+    linear = quant.QuantLinear(weight, bias)
+    for rows in (1, 13, weight.gemm_min_rows - 1, weight.gemm_min_rows):  # kernel, then GEMM
+        x = torch.randn(rows, 64)
+        expected = qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias)
+        torch.testing.assert_close(linear(x), expected, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(weight.linear(x, bias), expected, rtol=1e-4, atol=1e-4)
+    quant.attach(weight, ops, "int8")  # x rounded: the 8-bit kernels' panels instead
+    assert not weight.kmajor and torch.equal(weight.blocks(), blocks)
+    quant.attach(weight, None)
+    assert not weight.kmajor and not weight.panels and torch.equal(weight.data, blocks)
+    q8 = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q8_0))
+    other = quant.QuantWeight(q8, qr.Q8_0.type_id)
+    quant.attach(other, ops)
+    assert not other.kmajor and torch.equal(other.data, q8)  # Q4_1 only, for now
+
+
 def test_gguf_keeps_the_bundled_files_blocks() -> None:
     model_dir = resolve_model_dir(None)
     fp32: Any = load_model(model_dir, torch.float32, CPU)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from worker.models.llama import DecoderLayer, LlamaForCausalLM
 
 # `DecodeStack`'s linear kinds (kernels/cpu_ops.h).
-FLOAT32, GGUF, INT8, GGUF_PANELS = 0, 1, 2, 3
+FLOAT32, GGUF, INT8, GGUF_PANELS, GGUF_KMAJOR = 0, 1, 2, 3, 4
 
 
 class DecodeStack:
@@ -144,6 +144,9 @@ def _add_linear(stack: Any, linear: nn.Module, ops: ModuleType) -> int:
         w = linear.qweight
         if w.type_id is None:
             stack.add_linear(INT8, w.data, scale=w.scale, bias=linear.bias)
+        elif w.kmajor:  # exact x below the GEMM's rows
+            stack.add_linear(GGUF_KMAJOR, w.data, format=w.type_id, bias=linear.bias)
+            return w.gemm_min_rows - 1
         elif w.panels:  # x rounded to 8 bits up to a8_max_rows (bf16 GEMMs past them)
             stack.add_linear(GGUF_PANELS, w.data, format=w.type_id, bias=linear.bias)
             return w.a8_max_rows

@@ -128,6 +128,7 @@ class QuantWeight(nn.Module):
     # Weight rows of each panel where `data` is stored as panels (quant_reference.pack_panels:
     # the build's `q8_panel_rows`), 0 where it keeps the file's layout.
     panel_rows: int
+    kmajor: bool  # `data` stored k-major (quant_reference.pack_kmajor) for the exact kernel
 
     def __init__(
         self, data: torch.Tensor, type_id: int | None, scale: torch.Tensor | None = None
@@ -140,7 +141,7 @@ class QuantWeight(nn.Module):
         self.register_buffer("scale", scale, persistent=False)
         self.in_features = data.shape[1] if type_id is None else qr.in_features(data, type_id)
         self.out_features = data.shape[0]
-        self.panel_rows = 0
+        self.panel_rows, self.kmajor = 0, False
         self.attach(None)  # the torch references until `attach` gives it our C++ kernels
 
     def attach(self, ops: ModuleType | None, activations: str = "float32") -> None:
@@ -172,9 +173,10 @@ class QuantWeight(nn.Module):
         if a8:
             bf16_from = self.bf16_min_rows
             self.a8_max_rows = ANY_ROWS if bf16_from == ANY_ROWS else bf16_from - 1
-        self.store_panels(self.a8_max_rows > 0)
+        exact = self.a8_max_rows == 0 and self.bf16_min_rows == ANY_ROWS
+        self.store_panels(self.a8_max_rows > 0, kmajor=exact)
 
-    def store_panels(self, wanted: bool) -> None:
+    def store_panels(self, wanted: bool, kmajor: bool = False) -> None:
         """Store the blocks as panels where ``wanted`` and our build's 8-bit GEMM reads them
         (`q8_panel_rows`: 16 rows on AVX-512 VNNI, 8 on AVX2), else in the file's layout. The
         GEMM then runs at every row count, widening the stored codes as it loads them, with no
@@ -187,16 +189,32 @@ class QuantWeight(nn.Module):
         (`rows`). Until 2026-12-07 int8+bfloat16 on AMX kept the file's layout, so its decode
         steps transposed every panel per call: stored, its 210 projections went from 3.3 to
         2.2 ms at 1 row, 7.3 to 3.5 at 4, 9.8 to 8.5 at 16 (2 threads, AMX Xeon), its bf16
-        steps within 2% at 512 rows, same tokens (BENCHMARKS.md)."""
+        steps within 2% at 512 rows, same tokens (BENCHMARKS.md).
+
+        Else, where x stays exact at every row count below the GEMM's (``kmajor``) and our build
+        has the k-major kernel for the format (`gguf_kmajor_supported`: Q4_1 on AVX-512), the
+        blocks are stored k-major: over the bundled file's 210 projections (1 thread, AMX Xeon,
+        2026-12-07) 1.18-1.31x the file layout's exact kernels at 1-8 rows and 1.39-1.72x at
+        12-24 (BENCHMARKS.md, "AMX again")."""
         rows = self.ops.q8_panel_rows() if self.ops is not None else 0
         whole = rows > 0 and self.out_features % rows == 0
         panel_rows = rows if wanted and self.type_id is not None and whole else 0
-        if panel_rows != self.panel_rows:
+        kmajor = (
+            kmajor
+            and not panel_rows
+            and self.type_id is not None
+            and self.ops is not None
+            and self.ops.gguf_kmajor_supported(self.type_id)
+            and self.out_features % qr.KMAJOR_COLS == 0
+        )
+        if (panel_rows, kmajor) != (self.panel_rows, self.kmajor):
             assert self.type_id is not None
-            data = self.blocks()  # the file's layout, from panels of any size
+            data = self.blocks()  # the file's layout, from panels of any size or k-major
             if panel_rows:
                 data = qr.pack_panels(data, self.type_id, panel_rows)
-            self.data, self.panel_rows = data, panel_rows
+            elif kmajor:
+                data = qr.pack_kmajor(data, self.type_id)
+            self.data, self.panel_rows, self.kmajor = data, panel_rows, kmajor
 
     @property
     def panels(self) -> bool:
@@ -204,10 +222,13 @@ class QuantWeight(nn.Module):
         return self.panel_rows > 0
 
     def blocks(self) -> torch.Tensor:
-        """The weight's bytes in the file's layout (a copy where they are stored as panels)."""
+        """The weight's bytes in the file's layout (a copy where they are stored otherwise)."""
         if self.panels:
             assert self.type_id is not None
             return qr.unpack_panels(self.data, self.type_id, self.panel_rows)
+        if self.kmajor:
+            assert self.type_id is not None
+            return qr.unpack_kmajor(self.data, self.type_id)
         return self.data
 
     @property
@@ -220,6 +241,9 @@ class QuantWeight(nn.Module):
         if self.panels:
             assert self.type_id is not None
             data = qr.panel_rows_of(self.data, self.type_id, self.panel_rows, flat)
+        elif self.kmajor:
+            assert self.type_id is not None
+            data = qr.kmajor_rows_of(self.data, self.type_id, flat)
         else:
             data = self.data[flat]
         if self.scale is not None:
@@ -236,6 +260,9 @@ class QuantWeight(nn.Module):
             w = qr.dequantize_int8(self.data, self.scale)
         else:
             assert self.type_id is not None
+            if self.ops is not None and self.kmajor:
+                w = self.ops.gguf_dequantize_kmajor(self.data, self.type_id)
+                return w.to(torch.bfloat16) if bf16 else w
             if self.ops is not None:  # reads stored panels where they are
                 return self.ops.gguf_dequantize(self.data, self.type_id, bf16, self.panel_rows)
             w = qr.dequantize(self.blocks(), self.type_id)
@@ -259,6 +286,8 @@ class QuantWeight(nn.Module):
             return dense_linear(x, self.dequantize(), bias)
         if self.scale is not None:
             return ops.int8_linear(x, self.data, self.scale, bias)
+        if self.kmajor:
+            return ops.gguf_linear_kmajor(x, self.data, self.type_id, bias)
         return ops.gguf_linear(x, self.data, self.type_id, bias)
 
     def nbytes(self) -> int:
@@ -293,6 +322,8 @@ class QuantLinear(nn.Module):
                 return ops.int8_linear(x, w.data, w.scale, self.bias)
             if x.shape[0] <= w.a8_max_rows:
                 return ops.gguf_linear_q8(x, w.data, w.type_id, self.bias, w.panels)
+            if w.kmajor:
+                return ops.gguf_linear_kmajor(x, w.data, w.type_id, self.bias)
             return ops.gguf_linear(x, w.data, w.type_id, self.bias)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
