@@ -148,8 +148,9 @@ def test_quant_weights_store_panels_where_every_row_count_takes_them(ops: Module
     torch.testing.assert_close(
         weight.linear(x, None), qr.quant_linear_q8(x, blocks, qr.Q4_1.type_id, None)
     )
-    quant.attach(weight, ops, "float32")
-    assert not weight.panels and torch.equal(weight.data, blocks)
+    quant.attach(weight, ops, "float32")  # exact x: no panels (k-major where the build reads it)
+    assert not weight.panels and torch.equal(weight.blocks(), blocks)
+    assert weight.kmajor == ops.gguf_kmajor_supported(qr.Q4_1.type_id)
     odd = quant.QuantWeight(random_blocks(rows + 4, 96, qr.Q4_1), qr.Q4_1.type_id)
     quant.attach(odd, ops, "int8")
     assert not odd.panels  # not whole panels
@@ -221,6 +222,7 @@ def test_int8_below_bf16_stores_panels_and_dequantizes_them(
     x = torch.randn(top + 7, 96)
     want = qr.quant_linear_q8(x, blocks, qr.Q4_1.type_id, bias)
     torch.testing.assert_close(linear(x), want)
-    quant.attach(weight, ops, "float32")  # the exact kernels read the file's layout
-    assert not weight.panels and torch.equal(weight.data, blocks)
+    quant.attach(weight, ops, "float32")  # the exact kernels: the file's layout, or k-major
+    assert not weight.panels and torch.equal(weight.blocks(), blocks)
+    assert weight.kmajor == ops.gguf_kmajor_supported(qr.Q4_1.type_id)
     torch.testing.assert_close(linear(x), qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias))
