@@ -14,7 +14,8 @@ slower on every machine since), ``q8_0`` and ``int8``
 ``q8_0_a8`` (`gguf_linear_q8`: x rounded to 8 bits, integer dot products, on the file's
 layout), ``q4_1_a8p`` and ``q8_0_a8p`` (the same on the blocks stored as panels of the
 build's `q8_panel_rows`), ``q4_1@MODE`` (the engine's `QuantWeight.linear` under each
-``--quant-activations`` mode; under ``int8`` the blocks are stored as panels); with ``--avx2``
+``--quant-activations`` mode; under ``int8`` the blocks are stored as panels, under ``float32``
+k-major where the build reads them, `gguf_linear_kmajor`); with ``--avx2``
 also each quantized system again as ``*_avx2``, the same kernels built with
 ``-march=haswell`` (their AVX2 paths, `cpu_ops.load("haswell")`) on this machine. Time is CPU
 time of the calling thread (``time.thread_time``, one torch thread), the median of ``--repeats``
