@@ -173,35 +173,35 @@ class QuantWeight(nn.Module):
         if a8:
             bf16_from = self.bf16_min_rows
             self.a8_max_rows = ANY_ROWS if bf16_from == ANY_ROWS else bf16_from - 1
-        exact = self.a8_max_rows == 0 and self.bf16_min_rows == ANY_ROWS
-        self.store_panels(self.a8_max_rows > 0, kmajor=exact)
+        self.store_layout()
 
-    def store_panels(self, wanted: bool, kmajor: bool = False) -> None:
-        """Store the blocks as panels where ``wanted`` and our build's 8-bit GEMM reads them
+    def store_layout(self) -> None:
+        """Store the blocks in the layout the kernels `attach` chose read: as panels where x is
+        rounded to 8 bits at some row count (`a8_max_rows`) and our build's 8-bit GEMM reads them
         (`q8_panel_rows`: 16 rows on AVX-512 VNNI, 8 on AVX2), else in the file's layout. The
         GEMM then runs at every row count, widening the stored codes as it loads them, with no
         per-call transpose: on VNNI the bundled file's 210 projections took 3.8 ms at 1 row
         against the one-row kernel's 7.2, 9.9 against 18.7 at 8, 62.3 against 69.4 at 64 (1
         thread, Zen 4; BENCHMARKS.md). x's 8-bit kernels read panels, and so does the C++
         dequantizing of the bf16 GEMM's rows (`dequantize`); the exact kernels do not, so only
-        weights whose every row count takes one of the two are stored so (``wanted``: x rounded
-        to 8 bits wherever bf16 does not take over). A tied embedding reads its rows from them
+        weights whose every row count takes one of the two are stored so (x rounded to 8 bits
+        wherever bf16 does not take over). A tied embedding reads its rows from them
         (`rows`). Until 2026-12-07 int8+bfloat16 on AMX kept the file's layout, so its decode
         steps transposed every panel per call: stored, its 210 projections went from 3.3 to
         2.2 ms at 1 row, 7.3 to 3.5 at 4, 9.8 to 8.5 at 16 (2 threads, AMX Xeon), its bf16
         steps within 2% at 512 rows, same tokens (BENCHMARKS.md).
 
-        Else, where x stays exact at every row count below the GEMM's (``kmajor``) and our build
+        Else, where x stays exact at every row count below the GEMM's and our build
         has the k-major kernel for the format (`gguf_kmajor_supported`: Q4_1 on AVX-512), the
         blocks are stored k-major: over the bundled file's 210 projections (1 thread, AMX Xeon,
         2026-12-07) 1.18-1.31x the file layout's exact kernels at 1-8 rows and 1.39-1.72x at
         12-24 (BENCHMARKS.md, "AMX again")."""
         rows = self.ops.q8_panel_rows() if self.ops is not None else 0
         whole = rows > 0 and self.out_features % rows == 0
-        panel_rows = rows if wanted and self.type_id is not None and whole else 0
+        panel_rows = rows if self.a8_max_rows > 0 and self.type_id is not None and whole else 0
         kmajor = (
-            kmajor
-            and not panel_rows
+            self.a8_max_rows == 0
+            and self.bf16_min_rows == ANY_ROWS
             and self.type_id is not None
             and self.ops is not None
             and self.ops.gguf_kmajor_supported(self.type_id)
