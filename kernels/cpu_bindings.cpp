@@ -57,7 +57,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("quant_isa", &quant_isa, "The quantized kernels' vector paths: avx512 or avx2");
     m.def("gguf_kmajor_supported", &gguf_kmajor_supported,
           "Whether this build reads blocks of GGML type format stored k-major "
-          "(quant_reference.pack_kmajor): Q4_1 on AVX-512");
+          "(quant_reference.pack_kmajor): Q4_0, Q4_1 and Q8_0 on AVX2 and AVX-512");
     m.def("gguf_linear_kmajor", &gguf_linear_kmajor,
           "gguf_linear over blocks stored as quant_reference.pack_kmajor makes them (exact x)",
           py::arg("x"), py::arg("blocks"), py::arg("format"), py::arg("bias") = py::none(),
@@ -65,6 +65,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("gguf_dequantize_kmajor", &gguf_dequantize_kmajor,
           "Blocks stored k-major (quant_reference.pack_kmajor) -> float32 (n, k)",
           py::arg("blocks"), py::arg("format"), nogil);
+    m.def("gguf_kmajor_rows", &gguf_kmajor_rows,
+          "Rows index (int64, 1-D) of blocks stored k-major, in the file's layout (an embedding)",
+          py::arg("blocks"), py::arg("format"), py::arg("index"), nogil);
     // module_local: a process can load two builds (native and -march=haswell, as the AVX2
     // tests do), and pybind11 registers a type once per process unless it is local.
     py::class_<DecodeStack>(m, "DecodeStack", py::module_local(),

@@ -60,12 +60,13 @@ at::Tensor gguf_linear_q8(const at::Tensor& x, const at::Tensor& blocks, int64_t
 namespace quant {
 int64_t q8_panel_rows();  // cpu_quant.h
 }  // namespace quant
-// cpu_gguf_kmajor.cpp: the exact gguf_linear over Q4_1 blocks stored k-major
-// (kernels/quant_reference.py `pack_kmajor`), and their dequantizing; AVX-512 builds.
+// cpu_gguf_kmajor.cpp: the exact gguf_linear over GGUF blocks stored k-major
+// (kernels/quant_reference.py `pack_kmajor`), their dequantizing and rows; AVX2 and AVX-512.
 bool gguf_kmajor_supported(int64_t format);
 at::Tensor gguf_linear_kmajor(const at::Tensor& x, const at::Tensor& blocks, int64_t format,
                               const c10::optional<at::Tensor>& bias);
 at::Tensor gguf_dequantize_kmajor(const at::Tensor& blocks, int64_t format);
+at::Tensor gguf_kmajor_rows(const at::Tensor& blocks, int64_t format, const at::Tensor& index);
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scale,
                        const c10::optional<at::Tensor>& bias);
 

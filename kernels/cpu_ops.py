@@ -5,7 +5,7 @@ chunks' attention in float32 over either cache dtype), `cpu_prefill_bf16.cpp` an
 `cpu_prefill_amx.cpp` (the same over a bf16 cache with bf16 products: AVX-512 BF16 dot products
 or AMX tiles), `cpu_layer_ops.cpp` (rotary, SiLU, residual + RMSNorm), `cpu_linear.cpp`
 (projections of few rows), `cpu_quant_linear.cpp` and `cpu_int8_linear.cpp` (projections of GGUF
-blocks and of int8 weights; `cpu_quant.h`), `cpu_gguf_kmajor.cpp` (Q4_1 blocks stored k-major)
+blocks and of int8 weights; `cpu_quant.h`), `cpu_gguf_kmajor.cpp` (GGUF blocks stored k-major)
 and `cpu_decode_stack.cpp` (every layer of an all-decode step in one call, over those kernels),
 bound to Python in `cpu_bindings.cpp`.
 

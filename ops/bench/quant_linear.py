@@ -13,10 +13,12 @@ slower on every machine since), ``q8_0`` and ``int8``
 (the fp32 weights requantized at load, through `gguf_linear` and `int8_linear`), ``q4_1_a8`` and
 ``q8_0_a8`` (`gguf_linear_q8`: x rounded to 8 bits, integer dot products, on the file's
 layout), ``q4_1_a8p`` and ``q8_0_a8p`` (the same on the blocks stored as panels of the
-build's `q8_panel_rows`), ``q4_1@MODE`` (the engine's `QuantWeight.linear` under each
-``--quant-activations`` mode; under ``int8`` the blocks are stored as panels, under ``float32``
-k-major where the build reads them, `gguf_linear_kmajor`); with ``--avx2``
-also each quantized system again as ``*_avx2``, the same kernels built with
+build's `q8_panel_rows`), ``q4_0`` (the fp32 weights requantized to Q4_0 blocks,
+`gguf_linear`), ``q4_1_kmajor``, ``q8_0_kmajor`` and ``q4_0_kmajor`` (`gguf_linear_kmajor` on
+the blocks stored k-major, where the build has it), ``q4_1@MODE`` (the engine's
+`QuantWeight.linear` under each ``--quant-activations`` mode; under ``int8`` the blocks are
+stored as panels, under ``float32`` k-major where the build reads them, `gguf_linear_kmajor`);
+with ``--avx2`` also each quantized system again as ``*_avx2``, the same kernels built with
 ``-march=haswell`` (their AVX2 paths, `cpu_ops.load("haswell")`) on this machine. Time is CPU
 time of the calling thread (``time.thread_time``, one torch thread), the median of ``--repeats``
 rounds, so other processes on a shared machine do not enter it. With ``--threads`` above 1 it
@@ -70,6 +72,7 @@ class Weights(NamedTuple):
     q41: list[torch.Tensor]  # the file's blocks
     fp32: list[torch.Tensor]  # their dequantized values
     q80: list[torch.Tensor]  # fp32 requantized to Q8_0 blocks
+    q40: list[torch.Tensor]  # and to Q4_0 blocks
     int8: list[tuple[torch.Tensor, torch.Tensor]]  # fp32 as per-channel int8 (codes, scale)
 
 
@@ -83,7 +86,11 @@ def file_weights(limit: int) -> Weights:
         torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q8_0))
         for w in fp32
     ]
-    return Weights(q41[:limit], fp32, q80, [qr.quantize_int8(w) for w in fp32])
+    q40 = [
+        torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_0))
+        for w in fp32
+    ]
+    return Weights(q41[:limit], fp32, q80, q40, [qr.quantize_int8(w) for w in fp32])
 
 
 def quantized_systems(module: Any, w: Weights, suffix: str = "") -> dict[str, list[Any]]:
@@ -102,7 +109,21 @@ def quantized_systems(module: Any, w: Weights, suffix: str = "") -> dict[str, li
     def int8_fn(q: torch.Tensor, s: torch.Tensor) -> Layer:
         return lambda x: module.int8_linear(x, q, s)
 
+    def kmajor_fn(b: torch.Tensor, t: int) -> Layer:
+        packed = qr.pack_kmajor(b, t)
+        return lambda x: module.gguf_linear_kmajor(x, packed, t)
+
+    formats = {"q4_1": (3, w.q41), "q8_0": (8, w.q80), "q4_0": (2, w.q40)}
+    kmajor = {  # the exact kernel on the blocks stored k-major, where the build has it
+        f"{name}_kmajor{suffix}": [
+            (f.shape[1], kmajor_fn(b, t)) for f, b in zip(w.fp32, blocks, strict=True)
+        ]
+        for name, (t, blocks) in formats.items()
+        if module.gguf_kmajor_supported(t)
+    }
     return {
+        **kmajor,
+        "q4_0" + suffix: [(f.shape[1], gguf_fn(b, 2)) for f, b in zip(w.fp32, w.q40, strict=True)],
         "q4_1" + suffix: [(f.shape[1], gguf_fn(b, 3)) for f, b in zip(w.fp32, w.q41, strict=True)],
         "q4_1_a8" + suffix: [(f.shape[1], q8_fn(b, 3)) for f, b in zip(w.fp32, w.q41, strict=True)],
         "q8_0" + suffix: [(f.shape[1], gguf_fn(b, 8)) for f, b in zip(w.fp32, w.q80, strict=True)],

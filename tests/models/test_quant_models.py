@@ -60,10 +60,11 @@ def test_quant_linear_agrees_with_the_reference_on_every_path(with_kernels: bool
         )
 
 
-def test_exact_q4_1_is_stored_k_major_where_the_build_reads_it() -> None:
-    """Where x stays exact (float32 activations) and our build has the k-major kernel, Q4_1
-    blocks are stored k-major; every reader gives what the file's layout gives, and another
-    mode or the torch references put the file's layout back."""
+def test_exact_blocks_are_stored_k_major_where_the_build_reads_them() -> None:
+    """Where x stays exact (float32 activations) and our build has the k-major kernel, GGUF
+    blocks are stored k-major (Q4_1 here, Q8_0 and Q4_0 at the end); every reader gives what
+    the file's layout gives, and another mode or the torch references put the file's layout
+    back."""
     import gguf
 
     from kernels import cpu_ops
@@ -71,7 +72,7 @@ def test_exact_q4_1_is_stored_k_major_where_the_build_reads_it() -> None:
 
     ops = cpu_ops.load()
     if not ops.gguf_kmajor_supported(qr.Q4_1.type_id):
-        pytest.skip("this CPU's build has no k-major kernel (AVX-512 only)")
+        pytest.skip("this CPU's build has no k-major kernel (AVX2 or AVX-512)")
     w = torch.randn(96, 64)
     blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
     weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
@@ -92,10 +93,18 @@ def test_exact_q4_1_is_stored_k_major_where_the_build_reads_it() -> None:
     assert not weight.kmajor and torch.equal(weight.blocks(), blocks)
     quant.attach(weight, None)
     assert not weight.kmajor and not weight.panels and torch.equal(weight.data, blocks)
-    q8 = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q8_0))
-    other = quant.QuantWeight(q8, qr.Q8_0.type_id)
-    quant.attach(other, ops)
-    assert not other.kmajor and torch.equal(other.data, q8)  # Q4_1 only, for now
+    for kind in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0):
+        other_blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), kind))
+        other = quant.QuantWeight(other_blocks, int(kind))
+        quant.attach(other, ops)
+        assert other.kmajor and torch.equal(other.blocks(), other_blocks)
+        x = torch.randn(5, 64)
+        torch.testing.assert_close(
+            other.linear(x, None), qr.quant_linear(x, other_blocks, int(kind)), rtol=1e-4, atol=1e-4
+        )
+    odd = quant.QuantWeight(blocks[:80], qr.Q4_1.type_id)  # 80 rows: not whole groups of 32
+    quant.attach(odd, ops)
+    assert not odd.kmajor and torch.equal(odd.data, blocks[:80])
 
 
 def test_gguf_keeps_the_bundled_files_blocks() -> None:

@@ -192,10 +192,14 @@ class QuantWeight(nn.Module):
         steps within 2% at 512 rows, same tokens (BENCHMARKS.md).
 
         Else, where x stays exact at every row count below the GEMM's and our build
-        has the k-major kernel for the format (`gguf_kmajor_supported`: Q4_1 on AVX-512), the
-        blocks are stored k-major: over the bundled file's 210 projections (1 thread, AMX Xeon,
-        2026-12-07) 1.18-1.31x the file layout's exact kernels at 1-8 rows and 1.39-1.72x at
-        12-24 (BENCHMARKS.md, "AMX again")."""
+        has the k-major kernel for the format (`gguf_kmajor_supported`: Q4_0, Q4_1 and Q8_0 on
+        AVX2 and AVX-512), the blocks are stored k-major (a tied embedding reads its rows from
+        them, `gguf_kmajor_rows`). Q4_1 over the bundled file's 210 projections (1 thread, AMX
+        Xeon, 2026-12-07): 1.18-1.31x the file layout's exact kernels at 1-8 rows, 1.39-1.72x at
+        12-24 (BENCHMARKS.md, "AMX again"). On a Zen 5 (1 thread; the same projections, and the
+        fp32 weights requantized to Q8_0 and Q4_0): 1.16-1.72x (Q4_1), 1.35-2.10x (Q8_0) and
+        1.22-1.72x (Q4_0) at 1-64 rows; the AVX2 build there 1.02-1.21x, 1.08-1.59x and
+        0.93-1.26x (BENCHMARKS.md, "k-major blocks for every format, and on AVX2")."""
         rows = self.ops.q8_panel_rows() if self.ops is not None else 0
         whole = rows > 0 and self.out_features % rows == 0
         panel_rows = rows if self.a8_max_rows > 0 and self.type_id is not None and whole else 0
@@ -241,9 +245,9 @@ class QuantWeight(nn.Module):
         if self.panels:
             assert self.type_id is not None
             data = qr.panel_rows_of(self.data, self.type_id, self.panel_rows, flat)
-        elif self.kmajor:
-            assert self.type_id is not None
-            data = qr.kmajor_rows_of(self.data, self.type_id, flat)
+        elif self.kmajor:  # stored so only where the build reads it
+            assert self.type_id is not None and self.ops is not None
+            data = self.ops.gguf_kmajor_rows(self.data, self.type_id, flat)
         else:
             data = self.data[flat]
         if self.scale is not None:

@@ -55,4 +55,20 @@ if [[ ! -f "$STAMP_SERVER" ]]; then
     echo "llama-server built in $(( $(date +%s) - start )) s"
     touch "$STAMP_SERVER"
 fi
+# LLAMACPP_AVX2=1: also llama-server built for AVX2 alone (no AVX-512) into
+# .venv-llamacpp/llama-server-avx2/, to set beside our -march=haswell build on an AVX-512 CPU
+# (llamacpp.py --server; 366 s on a 2-core Zen 5, 2026-12-07).
+STAMP_AVX2="$VENV/.paternoster-llama-server-avx2-$LLAMA_CPP_PYTHON_VERSION"
+if [[ "${LLAMACPP_AVX2:-0}" == 1 && ! -f "$STAMP_AVX2" ]]; then
+    start=$(date +%s)
+    llama="$(echo "$VENV"/src/llama_cpp_python-*/vendor/llama.cpp)"
+    cmake -S "$llama" -B "$VENV/llama-server-avx2" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+        -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+        -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TOOLS=ON \
+        -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
+    cmake --build "$VENV/llama-server-avx2" --target llama-server -j "$JOBS"
+    echo "llama-server (AVX2) built in $(( $(date +%s) - start )) s"
+    touch "$STAMP_AVX2"
+fi
 echo "$(du -sh "$VENV" | cut -f1) in $VENV"
