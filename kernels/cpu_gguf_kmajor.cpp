@@ -11,7 +11,8 @@
 // and the tile on the file's layout. The software prefetch is most of it below 10 rows: without
 // it 1-8 rows were 0.90-1.11x the file layout's kernels (one sequential stream a thread).
 // AVX2 builds read the layout half a group a pass (`HalfBlock`), and from 16 rows of x dequantize
-// each block once into a tile.
+// each block once into a tile; AVX-512 builds, from 32 rows, 4 blocks at a time. Every row count
+// gives a row the same bits: the tiles' passes run group_pass's FMAs in its order.
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -50,12 +51,10 @@ void linear_groups(const float* xp, int64_t ldx, int64_t rows, const uint8_t* wp
     at::parallel_for(0, n / kCols, 2, [&](int64_t begin, int64_t end) {
         for (int64_t g = begin; g < end; ++g) {
             const uint8_t* group = wp + g * nb * Layout<F>::kGroupBlock;
-#if !defined(__AVX512F__)
             if (rows >= kTileFromRows) {
                 group_tiled<F>(xp, ldx, rows, group, nb, op + g * kCols, n);
                 continue;
             }
-#endif
             in_passes<kMaxRows>(rows, [&](int64_t r, auto m) {
                 group_pass<decltype(m)::value, F>(xp + r * ldx, ldx, group, nb,
                                                   op + r * n + g * kCols, n);

@@ -33,11 +33,12 @@ def ops(request: pytest.FixtureRequest) -> ModuleType:
 
 
 # n: one group of 32 columns, three (the threads' grain is 2), and the model's k/v width; k:
-# one block, 3 blocks, the model's 576. Rows: AVX-512's passes of 12 (one, a rest of 1 or 5,
-# several); AVX2's of 4 below 16 rows (rests of 1 and 3) and its tile's of 6 from 16 (16, 17 and
-# 40 leave 4, 5 and 4).
+# one block, 3 blocks, the model's 576 (18 blocks: the AVX-512 tile's 4 blocks leave 2), 1,536
+# (48). Rows: AVX-512's passes of 12 (one, a rest of 1 or 5, several) below 32 and its tile's of
+# 12 from 32 (32, 37 and 40 leave 8, 1 and 4); AVX2's of 4 below 16 rows (rests of 1 and 3) and
+# its tile's of 6 from 16 (16, 17 and 40 leave 4, 5 and 4).
 SHAPES = [(32, 32), (96, 96), (192, 576), (64, 1536)]
-ROWS = [1, 2, 5, 11, 12, 13, 15, 16, 17, 24, 40]
+ROWS = [1, 2, 5, 11, 12, 13, 15, 16, 17, 24, 31, 32, 37, 40]
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
@@ -100,6 +101,22 @@ def test_kernel_matches_the_reference(ops: ModuleType, fmt: qr.BlockFormat, n: i
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_a_row_gets_the_same_bits_whatever_the_rows_beside_it(
+    ops: ModuleType, fmt: qr.BlockFormat
+) -> None:
+    """Passes of any size and the tiles run the same FMAs in the same order, so a row's output
+    does not depend on how many rows share the call (register passes below a tile's rows, the
+    tile from there, and the rests of either)."""
+    t = fmt.type_id
+    blocks = random_blocks(fmt, 96, 576, seed=t)
+    packed = qr.pack_kmajor(blocks, t)
+    x = torch.randn(100, 576)
+    every = ops.gguf_linear_kmajor(x, packed, t)
+    for rows in (1, 3, 12, 13, 16, 17, 31, 32, 45):
+        assert torch.equal(ops.gguf_linear_kmajor(x[-rows:], packed, t), every[-rows:]), rows
 
 
 def test_bad_arguments_raise(ops: ModuleType) -> None:

@@ -322,18 +322,24 @@ def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
 @pytest.mark.parametrize("arch", [None, pytest.param("haswell", marks=pytest.mark.slow)])
 def test_the_gemm_threshold_follows_the_kernels_isa(arch: str | None) -> None:
     """Each ISA's exact kernels hand over to dequantize + `F.linear` at its own row count
-    (`quant.GEMM_MIN_ROWS`: AVX-512 from 80, AVX2 from 64), so each weight takes its build's."""
+    (`quant.GEMM_MIN_ROWS`: AVX-512 from 80, AVX2 from 64; blocks stored k-major,
+    `quant.KMAJOR_GEMM_MIN_ROWS`: AVX-512 from 1,024), so each weight takes its build's."""
     from kernels import cpu_ops
     from kernels import quant_reference as qr
 
     ops = cpu_ops.load(arch)
     assert ops is not None
+    isa = ops.quant_isa()
     blocks = quant.QuantWeight(torch.zeros(4, 20, dtype=torch.uint8), qr.Q4_1.type_id)
+    group = quant.QuantWeight(torch.zeros(32, 20, dtype=torch.uint8), qr.Q4_1.type_id)
     codes = quant.QuantWeight(torch.zeros(4, 32, dtype=torch.int8), None, torch.ones(4))
-    gguf_rows, int8_rows = quant.GEMM_MIN_ROWS[ops.quant_isa()]
-    for weight, rows in ((blocks, gguf_rows), (codes, int8_rows)):
+    gguf_rows, int8_rows = quant.GEMM_MIN_ROWS[isa]
+    cases = ((blocks, gguf_rows, False), (group, quant.KMAJOR_GEMM_MIN_ROWS[isa], True))
+    for weight, rows, kmajor in (*cases, (codes, int8_rows, False)):
         quant.attach(weight, ops)
-        assert weight.gemm_min_rows == rows
+        assert (weight.gemm_min_rows, weight.kmajor) == (rows, kmajor)
+    quant.attach(group, ops, "int8")  # panels: the file layout's threshold again
+    assert (group.gemm_min_rows, group.kmajor) == (gguf_rows, False)
     # -march=native takes the AVX-512 paths only where the machine has them: an AVX2-only AMD
     # EPYC (no avx512f in its flags) built "avx2" natively, as haswell does everywhere.
     native_avx512 = "avx512f" in Path("/proc/cpuinfo").read_text().split()

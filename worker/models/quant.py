@@ -69,6 +69,21 @@ log = logging.getLogger(__name__)
 #   oneDNN / Q4_1 dequantize + GEMM: 11.4 ms at 1 row (44.2 before), 14.1 at 4, 54.1 / 77.0 /
 #   83.1 at 16, 105.6 / 105.5 / 111.6 at 32, 211.7 / 170.6 / 181.7 at 64: the GEMM from 32.
 GEMM_MIN_ROWS = {"avx512": (80, 384), "avx2": (64, 384)}
+# The same for GGUF blocks stored k-major (`QuantWeight.kmajor`), whose kernel on AVX-512 has
+# dequantized 4 blocks of a group at a time into a 16 KB tile from 32 rows since 2026-12-07
+# (kernels/cpu_gguf_kmajor_avx512.h). The bundled file's 210 Q4_1 projections, 2 threads, wall
+# ms, Zen 4 (`quant_linear.py --systems q4_1_kmajor q4_1@float32 fp32_onednn`; BENCHMARKS.md,
+# "A tile for k-major blocks"), the tile / dequantize + GEMM (the engine's path from 80 rows
+# until then) / fp32 oneDNN on packed weights: 85.2 / 132.5 / 95.9 at 80 rows, 133.8 / 176.2 /
+# 138.4 at 128, 271.4 / 301.7 / 264.3 at 256, 548.3 / 586.1 / 560.7 at 512, 1105.5 / 1065.3 /
+# 1047.6 at 1,024. So the GEMM from 1,024 rows, past the default step budget
+# (`max_num_batched_tokens`, 512): there a projection computes each row with the same FMAs in
+# the same order whatever the step's other rows. AVX2's k-major tile (one block, passes of 6
+# rows x 16 columns), the haswell build with MKL and oneDNN held to AVX2 on the same Zen 4,
+# same bench, tile / dequantize + GEMM from the file's layout, two runs: 82.3 / 113.5 and
+# 170.0 / 237.6 at 64 rows, 162.6 / 205.1 and 216.0 / 311.7 at 128, 331.3 / 333.0 and 475.5 /
+# 486.6 at 256, 729.0 / 641.8 and 1104.1 / 951.9 at 512: the GEMM from 256 (was 64).
+KMAJOR_GEMM_MIN_ROWS = {"avx512": 1024, "avx2": 256}
 ANY_ROWS = 1 << 30  # a row count past any step's
 # `--quant-activations int8` rounds x to 8 bits for GGUF blocks (`gguf_linear_q8`) at every row
 # count: from a few rows (3-6, `gemm_min_rows` in kernels/cpu_gguf_q8.cpp) its panel GEMM
@@ -153,12 +168,10 @@ class QuantWeight(nn.Module):
         if activations not in ACTIVATIONS:
             raise ValueError(f"unknown activations {activations!r}; expected {ACTIVATIONS}")
         self.ops = ops
-        gguf, int8 = GEMM_MIN_ROWS[ops.quant_isa() if ops is not None else "avx512"]
+        isa = ops.quant_isa() if ops is not None else "avx512"
         # Whether a call may dequantize the whole weight (`GEMM_MAX_BYTES`); else the kernels
         # (or x's 8 bits) take every row count.
         small = self.in_features * self.out_features * 4 <= GEMM_MAX_BYTES
-        # Rows from which `linear` dequantizes into an fp32 GEMM instead of the kernel.
-        self.gemm_min_rows = (int8 if self.type_id is None else gguf) if small else ANY_ROWS
         gguf_ops = self.type_id is not None and ops is not None
         kinds = set(activations.split("+")) if gguf_ops else set()
         bf16 = "bfloat16" in kinds and bf16_gemm_supported() and small
@@ -174,6 +187,12 @@ class QuantWeight(nn.Module):
             bf16_from = self.bf16_min_rows
             self.a8_max_rows = ANY_ROWS if bf16_from == ANY_ROWS else bf16_from - 1
         self.store_layout()
+        # Rows from which `linear` dequantizes into an fp32 GEMM instead of the kernel.
+        gguf, int8 = GEMM_MIN_ROWS[isa]
+        rows = int8 if self.type_id is None else gguf
+        self.gemm_min_rows = (
+            (KMAJOR_GEMM_MIN_ROWS[isa] if self.kmajor else rows) if small else ANY_ROWS
+        )
 
     def store_layout(self) -> None:
         """Store the blocks in the layout the kernels `attach` chose read: as panels where x is
