@@ -1,3 +1,5 @@
+# The 4-block AVX2 tile that was tried and not kept: `patch kernels/cpu_gguf_kmajor_avx2.h <
+# avx2_tile_4blocks_not_kept.patch` (the header as at 2cec753) gives the header this script times as "4".
 cd /work/main
 export PATERNOSTER_CPU_ARCH=haswell MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
 H=kernels/cpu_gguf_kmajor_avx2.h
