@@ -10,7 +10,7 @@
 //   18 KB at k = 1,536) and every row of x, kTileRows at a time, is multiplied into it, each
 //   block dequantized once per call. Before, the engine dequantized the whole weight for
 //   F.linear from 3 rows, writing and reading 4 bytes a weight (BENCHMARKS.md, "AVX2 only": the
-//   default at 0.55x fp32); that GEMM now takes over only where it wins (worker/models/quant.py
+//   default at 0.55x fp32); that GEMM now takes over only where it wins (quant_paths.py
 //   `GEMM_MIN_ROWS`).
 
 #include <ATen/Parallel.h>

@@ -45,7 +45,8 @@ from kernels import quant_reference as qr
 from ops.bench.common import CLOCKS, median_seconds, write_report
 from worker.models.cpu_linear import PackedLinear
 from worker.models.loader import bundled_model_path
-from worker.models.quant import ACTIVATIONS, QuantWeight, dense_linear
+from worker.models.quant import ACTIVATIONS, QuantWeight
+from worker.models.quant_paths import dense_linear
 
 Layer = Callable[[torch.Tensor], torch.Tensor]
 

@@ -218,3 +218,19 @@ def test_vllm_auto_dtype_runs_vllms_own_choice_on_the_float32_export(
         argv = peers.peer_args(peers.PEERS["vllm-compile"], args, tmp_path / "w.json")
         assert argv[argv.index("--dtype") + 1] == dtype
         assert argv[argv.index("--model") + 1] == str(tmp_path / f"hf-{export}")
+
+
+def test_llamacpp_gguf_runs_the_named_file(peers: ModuleType, tmp_path: Path) -> None:
+    """``llama.cpp-gguf`` serves ``--gguf``'s file (the Q8_0 or Q4_0 one ours then loads too),
+    and the bundled file without it; ``llama.cpp-q4_1`` keeps the bundled file either way."""
+    from worker.models.loader import bundled_model_path
+
+    named = tmp_path / "m.gguf"
+    for gguf, want in ((named, named), (None, bundled_model_path())):
+        args = argparse.Namespace(
+            threads=2, rounds=1, venv_root=tmp_path, llamacpp_no_repack=False, gguf=gguf
+        )
+        argv = peers.peer_args(peers.PEERS["llama.cpp-gguf"], args, tmp_path / "w.json")
+        assert argv[argv.index("--gguf") + 1] == str(want)
+        native = peers.peer_args(peers.PEERS["llama.cpp-q4_1"], args, tmp_path / "w.json")
+        assert native[native.index("--gguf") + 1] == str(bundled_model_path())

@@ -14,7 +14,7 @@ import torch
 
 from kernels import cpu_ops
 from kernels import quant_reference as qr
-from worker.models import quant
+from worker.models import quant, quant_layers, quant_paths
 
 FORMATS = [qr.Q4_0, qr.Q4_1, qr.Q8_0]
 
@@ -156,7 +156,7 @@ def test_quant_weights_store_panels_where_every_row_count_takes_them(ops: Module
     assert not odd.panels  # not whole panels
     quant.attach(weight, ops, "int8")
     # Tied: an embedding looks rows up in the panels, each row's bytes gathered from its panel.
-    embedding = quant.QuantEmbedding(weight, torch.float32)
+    embedding = quant_layers.QuantEmbedding(weight, torch.float32)
     assert weight.panels
     ids = torch.tensor([[0, 63, 17], [rows, rows - 1, 5]])
     want = qr.dequantize(blocks[ids.reshape(-1)], qr.Q4_1.type_id).reshape(2, 3, 96)
@@ -200,12 +200,12 @@ def test_int8_below_bf16_stores_panels_and_dequantizes_them(
     blocks = random_blocks(4 * rows, 96, qr.Q4_1, seed=6)
     weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
     quant.attach(weight, ops, "int8+bfloat16")
-    top = quant.BF16_OVER_INT8_MIN_ROWS
+    top = quant_paths.BF16_OVER_INT8_MIN_ROWS
     assert weight.panels and (weight.a8_max_rows, weight.bf16_min_rows) == (top - 1, top)
     w16 = qr.dequantize(blocks, qr.Q4_1.type_id).to(torch.bfloat16)
     assert torch.equal(weight.dequantize(bf16=True), w16)
     bias = torch.randn(4 * rows)
-    linear = quant.QuantLinear(weight, bias)
+    linear = quant_layers.QuantLinear(weight, bias)
     for n in (1, 5, top - 1, top, top + 7):
         x = torch.randn(n, 96)
         for got in (linear(x), weight.linear(x, bias)):
@@ -215,10 +215,10 @@ def test_int8_below_bf16_stores_panels_and_dequantizes_them(
             else:  # the same bf16 products; oneDNN may sum them in another order
                 want = torch.nn.functional.linear(x.to(torch.bfloat16), w16).float() + bias
                 torch.testing.assert_close(got, want, atol=2e-2, rtol=1e-2)
-    monkeypatch.setattr(quant, "GEMM_MAX_BYTES", weight.in_features * weight.out_features * 2)
+    monkeypatch.setattr(quant_paths, "GEMM_MAX_BYTES", weight.in_features * weight.out_features * 2)
     quant.attach(weight, ops, "int8+bfloat16")
-    assert weight.panels and weight.a8_max_rows == weight.bf16_min_rows == quant.ANY_ROWS
-    assert weight.gemm_min_rows == quant.ANY_ROWS
+    assert weight.panels and weight.a8_max_rows == weight.bf16_min_rows == quant_paths.ANY_ROWS
+    assert weight.gemm_min_rows == quant_paths.ANY_ROWS
     x = torch.randn(top + 7, 96)
     want = qr.quant_linear_q8(x, blocks, qr.Q4_1.type_id, bias)
     torch.testing.assert_close(linear(x), want)

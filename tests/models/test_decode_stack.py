@@ -18,11 +18,12 @@ from worker.engine.llm_engine import LLMEngine
 from worker.engine.model_runner import ModelRunner
 from worker.engine.sampling_params import SamplingParams
 from worker.engine.scheduler_output import ScheduledSequence, SchedulerOutput
-from worker.models import quant
+from worker.models import quant, quant_paths
 from worker.models.cpu_linear import SKINNY_MAX_ROWS
 from worker.models.decode_stack import DecodeStack
 from worker.models.loader import load_model
-from worker.models.quant import ANY_ROWS, QuantWeight
+from worker.models.quant import QuantWeight
+from worker.models.quant_paths import ANY_ROWS
 
 CPU = torch.device("cpu")
 VOCAB = 97  # save_tiny's
@@ -222,11 +223,11 @@ def test_int8_below_amx_bf16_reads_panels_in_the_stack_as_in_the_python_layers(
     fused = runner_of(smol_model_dir, "gguf", activations="int8+bfloat16")
     plain = runner_of(smol_model_dir, "gguf", False, activations="int8+bfloat16")
     qkv: Any = fused.model.layers[0].self_attn.qkv_proj  # type: ignore[union-attr]
-    assert qkv.qweight.panels and qkv.qweight.a8_max_rows == quant.BF16_OVER_INT8_MIN_ROWS - 1
+    assert qkv.qweight.panels and qkv.qweight.a8_max_rows == quant_paths.BF16_OVER_INT8_MIN_ROWS - 1
     head: Any = fused.model.lm_head  # type: ignore[union-attr]
     assert head.qweight.panels and head.qweight.a8_max_rows == ANY_ROWS
     stack: Any = fused.model.decode_stack
-    assert stack.stack.max_rows == quant.BF16_OVER_INT8_MIN_ROWS - 1
+    assert stack.stack.max_rows == quant_paths.BF16_OVER_INT8_MIN_ROWS - 1
     vocab = fused.model.config.vocab_size
     for a, b in zip(steps(fused, 2, 3, vocab), steps(plain, 2, 3, vocab), strict=True):
         assert torch.equal(a, b)

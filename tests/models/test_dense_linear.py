@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from worker.models import cpu_vendor, quant
+from worker.models import cpu_vendor, quant_paths
 
 
 @pytest.mark.parametrize("onednn", [True, False])
@@ -16,14 +16,14 @@ from worker.models import cpu_vendor, quant
 def test_dense_linear_is_f_linear_on_either_library(
     monkeypatch: pytest.MonkeyPatch, onednn: bool, bias: bool
 ) -> None:
-    monkeypatch.setattr(quant, "_onednn_plain", lambda: onednn)
+    monkeypatch.setattr(quant_paths, "_onednn_plain", lambda: onednn)
     gen = torch.Generator().manual_seed(3)
     x, w = torch.randn(97, 65, generator=gen), torch.randn(33, 65, generator=gen)
     b = torch.randn(33, generator=gen) if bias else None
-    got = quant.dense_linear(x, w, b)
+    got = quant_paths.dense_linear(x, w, b)
     torch.testing.assert_close(got, torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
     # other dtypes always take F.linear
-    half = quant.dense_linear(x.bfloat16(), w.bfloat16(), None)
+    half = quant_paths.dense_linear(x.bfloat16(), w.bfloat16(), None)
     assert half.dtype == torch.bfloat16
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from worker.engine.config import EngineConfig
-from worker.models import quant
+from worker.models import quant, quant_layers, quant_paths
 from worker.models.loader import bundled_model_path, load_model, resolve_model_dir
 from worker.models.quant_gguf import read_tensors
 from worker.models.quant_loader import quantize_model
@@ -48,7 +48,7 @@ def test_quant_linear_agrees_with_the_reference_on_every_path(with_kernels: bool
     bias = torch.randn(70)
     for weight in (quant.QuantWeight(blocks, qr.Q4_1.type_id), quant.QuantWeight(q, None, scale)):
         quant.attach(weight, cpu_ops.load() if with_kernels else None)
-        linear = quant.QuantLinear(weight, bias)
+        linear = quant_layers.QuantLinear(weight, bias)
         gemm = weight.gemm_min_rows
         for rows in (1, 5, gemm - 1, gemm, 130):  # both sides
             x = torch.randn(rows, 96)
@@ -56,7 +56,7 @@ def test_quant_linear_agrees_with_the_reference_on_every_path(with_kernels: bool
             torch.testing.assert_close(linear(x), expected, rtol=1e-4, atol=1e-4)
         ids = torch.tensor([[0, 69], [3, 3]])
         assert torch.equal(
-            quant.QuantEmbedding(weight, torch.float32)(ids)[1, 0], weight.dequantize()[3]
+            quant_layers.QuantEmbedding(weight, torch.float32)(ids)[1, 0], weight.dequantize()[3]
         )
 
 
@@ -83,7 +83,7 @@ def test_exact_blocks_are_stored_k_major_where_the_build_reads_them() -> None:
     ids = torch.tensor([95, 0, 40, 40])
     assert torch.equal(weight.rows(ids), qr.dequantize(blocks[ids], qr.Q4_1.type_id))
     bias = torch.randn(96)
-    linear = quant.QuantLinear(weight, bias)
+    linear = quant_layers.QuantLinear(weight, bias)
     for rows in (1, 13, weight.gemm_min_rows - 1, weight.gemm_min_rows):  # kernel, then GEMM
         x = torch.randn(rows, 64)
         expected = qr.quant_linear(x, blocks, qr.Q4_1.type_id, bias)
@@ -119,7 +119,7 @@ def test_gguf_keeps_the_bundled_files_blocks() -> None:
     linear_bytes = sum(
         m.qweight.nbytes()
         for n, m in ours.named_modules()
-        if isinstance(m, quant.QuantLinear)
+        if isinstance(m, quant_layers.QuantLinear)
         if n != "lm_head"
     )
     fp32_bytes = sum(m.weight.numel() * 4 for m in fp32.modules() if type(m) is nn.Linear) - (
@@ -209,10 +209,10 @@ def test_int8_activations_take_gguf_blocks_only(tiny_model_dir: Path, arch: str 
     w = torch.randn(70, 96)
     blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
     weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
-    linear, bias = quant.QuantLinear(weight, torch.randn(70)), torch.randn(70)
+    linear, bias = quant_layers.QuantLinear(weight, torch.randn(70)), torch.randn(70)
     linear.bias = nn.Parameter(bias, False)
     quant.attach(weight, ops, "int8")
-    assert weight.a8_max_rows == quant.ANY_ROWS
+    assert weight.a8_max_rows == quant_paths.ANY_ROWS
     for rows in (1, 2, 3, 40, 130):  # the one-row kernel, the panel GEMM, past the exact GEMM's
         x = torch.randn(rows, 96)
         rounded = qr.quant_linear_q8(x, blocks, qr.Q4_1.type_id, bias)
@@ -263,15 +263,15 @@ def test_bfloat16_activations_multiply_many_row_steps_in_bf16(
     blocks = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1))
     weight = quant.QuantWeight(blocks, qr.Q4_1.type_id)
     bias = torch.randn(70)
-    linear = quant.QuantLinear(weight, bias)
+    linear = quant_layers.QuantLinear(weight, bias)
     with caplog.at_level(logging.INFO, logger=quant.__name__):
         quant.attach(weight, ops, activations)
     assert ("no bf16 arithmetic" in caplog.text) is not supported
     a8 = activations == "int8+bfloat16"
     assert ("has no AMX" in caplog.text) is (a8 and supported and not amx)
-    bf16_rows = quant.BF16_OVER_INT8_MIN_ROWS if a8 else quant.BF16_GEMM_MIN_ROWS
-    limit = bf16_rows if supported and (amx or not a8) else quant.ANY_ROWS
-    a8_rows = limit - 1 if limit != quant.ANY_ROWS else quant.ANY_ROWS
+    bf16_rows = quant_paths.BF16_OVER_INT8_MIN_ROWS if a8 else quant_paths.BF16_GEMM_MIN_ROWS
+    limit = bf16_rows if supported and (amx or not a8) else quant_paths.ANY_ROWS
+    a8_rows = limit - 1 if limit != quant_paths.ANY_ROWS else quant_paths.ANY_ROWS
     assert weight.bf16_min_rows == limit and weight.a8_max_rows == (a8_rows if a8 else 0)
     w16 = qr.dequantize(blocks, qr.Q4_1.type_id).to(torch.bfloat16)
     for rows in (1, 3, bf16_rows - 1, bf16_rows, 130):
@@ -295,7 +295,7 @@ def test_bfloat16_activations_multiply_many_row_steps_in_bf16(
         (quant.QuantWeight(*qr.quantize_int8(w)[:1], None, torch.ones(70)), "bfloat16"),
     ):
         quant.attach(other, ops, activations)
-        assert other.bf16_min_rows == quant.ANY_ROWS
+        assert other.bf16_min_rows == quant_paths.ANY_ROWS
 
 
 @pytest.mark.slow
@@ -322,8 +322,8 @@ def test_engine_on_gguf_blocks_matches_the_torch_reference() -> None:
 @pytest.mark.parametrize("arch", [None, pytest.param("haswell", marks=pytest.mark.slow)])
 def test_the_gemm_threshold_follows_the_kernels_isa(arch: str | None) -> None:
     """Each ISA's exact kernels hand over to dequantize + `F.linear` at its own row count
-    (`quant.GEMM_MIN_ROWS`: AVX-512 from 80, AVX2 from 64; blocks stored k-major,
-    `quant.KMAJOR_GEMM_MIN_ROWS`: AVX-512 from 1,024), so each weight takes its build's."""
+    (`quant_paths.GEMM_MIN_ROWS`: AVX-512 from 80, AVX2 from 64; blocks stored k-major from
+    1,024 and 256), so each weight takes its build's."""
     from kernels import cpu_ops
     from kernels import quant_reference as qr
 
@@ -333,15 +333,17 @@ def test_the_gemm_threshold_follows_the_kernels_isa(arch: str | None) -> None:
     blocks = quant.QuantWeight(torch.zeros(4, 20, dtype=torch.uint8), qr.Q4_1.type_id)
     group = quant.QuantWeight(torch.zeros(32, 20, dtype=torch.uint8), qr.Q4_1.type_id)
     codes = quant.QuantWeight(torch.zeros(4, 32, dtype=torch.int8), None, torch.ones(4))
-    gguf_rows, int8_rows = quant.GEMM_MIN_ROWS[isa]
-    cases = ((blocks, gguf_rows, False), (group, quant.KMAJOR_GEMM_MIN_ROWS[isa], True))
-    for weight, rows, kmajor in (*cases, (codes, int8_rows, False)):
+    at = quant_paths.GEMM_MIN_ROWS[isa]
+    for weight, rows, kmajor in ((blocks, at.gguf, False), (group, at.kmajor, True)):
         quant.attach(weight, ops)
         assert (weight.gemm_min_rows, weight.kmajor) == (rows, kmajor)
+    quant.attach(codes, ops)
+    assert (codes.gemm_min_rows, codes.kmajor) == (at.int8, False)
     quant.attach(group, ops, "int8")  # panels: the file layout's threshold again
-    assert (group.gemm_min_rows, group.kmajor) == (gguf_rows, False)
+    assert (group.gemm_min_rows, group.kmajor) == (at.gguf, False)
     # -march=native takes the AVX-512 paths only where the machine has them: an AVX2-only AMD
     # EPYC (no avx512f in its flags) built "avx2" natively, as haswell does everywhere.
     native_avx512 = "avx512f" in Path("/proc/cpuinfo").read_text().split()
     assert ops.quant_isa() == ("avx512" if arch is None and native_avx512 else "avx2")
-    assert quant.GEMM_MIN_ROWS["avx2"] != quant.GEMM_MIN_ROWS["avx512"]  # the ISA decides
+    rows_by_isa = quant_paths.GEMM_MIN_ROWS
+    assert rows_by_isa["avx2"] != rows_by_isa["avx512"]  # the ISA decides

@@ -13,7 +13,7 @@ from worker.attention.torch_backend import TorchAttentionBackend
 from worker.models.cpu_kernels import KERNEL_CACHE_DTYPES, use_cpu_kernels
 from worker.models.cpu_linear import LinearBackend, pack_linears
 from worker.models.decode_stack import install_decode_stack
-from worker.models.quant import amx_supported, avx512_bf16_supported
+from worker.models.quant_paths import amx_supported, avx512_bf16_supported
 
 
 class CpuAttentionBackend(TorchAttentionBackend):

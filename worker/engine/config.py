@@ -175,7 +175,7 @@ class EngineConfig:
     # llama.cpp always does (every step, VNNI or AVX2; worker/models/quant.py): 1.3x tokens/s
     # on the offline mix, +0.4% perplexity. bfloat16: steps of 48 rows and more (prefill
     # chunks) multiply in bf16, x and the weight rounded (oneDNN's bf16 GEMM: AMX tiles where
-    # the CPU has them; none without AVX-512, where they stay exact; quant.py
+    # the CPU has them; none without AVX-512, where they stay exact; quant_paths.py
     # BF16_GEMM_MIN_ROWS); fewer rows stay exact. int8+bfloat16: int8 below the rows where bf16
     # overtakes it (BF16_OVER_INT8_MIN_ROWS), at every row count without AMX (where it never does).
     # float32 keeps x exact (the same logits as the float weights, whatever a step's rows).

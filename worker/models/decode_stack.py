@@ -32,7 +32,8 @@ from worker.attention.metadata import KVCache
 from worker.models.base import StepContext
 from worker.models.cpu_kernels import KERNEL_CACHE_DTYPES
 from worker.models.cpu_linear import SKINNY_MAX_ROWS, PackedLinear
-from worker.models.quant import ANY_ROWS, QuantLinear
+from worker.models.quant_layers import QuantLinear
+from worker.models.quant_paths import ANY_ROWS
 
 if TYPE_CHECKING:
     from worker.attention import AttentionBackend

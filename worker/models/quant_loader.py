@@ -29,8 +29,9 @@ from kernels import quant_reference as qr
 from worker.models.base import CausalLM
 from worker.models.config import ModelConfig
 from worker.models.module_walk import named_linears
-from worker.models.quant import QuantEmbedding, QuantLinear, QuantWeight, attach
+from worker.models.quant import QuantWeight, attach
 from worker.models.quant_gguf import GGUFTensor, read_tensors
+from worker.models.quant_layers import QuantEmbedding, QuantLinear
 
 log = logging.getLogger(__name__)
 MODES = ("auto", "none", "gguf", "int8")  # EngineConfig.quantization's values

@@ -52,7 +52,7 @@ PEERS = {
         name: Peer(
             name, ".venv-llamacpp", "setup_llamacpp.sh", "llamacpp.py", needs=LLAMA_SERVER_BIN
         )
-        for name in ("llama.cpp-f32", "llama.cpp-q4_1")
+        for name in ("llama.cpp-f32", "llama.cpp-q4_1", "llama.cpp-gguf")
     },
 }
 DEFAULT_PEERS = "vllm-bind,vllm-nobind,llama.cpp-f32,llama.cpp-q4_1"
@@ -97,6 +97,8 @@ def peer_args(peer: Peer, args: argparse.Namespace, workload_path: Path) -> list
     from worker.models.loader import bundled_model_path
 
     gguf = bundled_model_path()  # Q4_1
+    if peer.name == "llama.cpp-gguf" and getattr(args, "gguf", None) is not None:
+        gguf = Path(args.gguf)
     if peer.name == "llama.cpp-f32":
         bins = args.venv_root / peer.venv / Path(LLAMA_SERVER_BIN).parent
         gguf = export_gguf_f32(bins / "llama-quantize", gguf)

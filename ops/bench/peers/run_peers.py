@@ -22,6 +22,9 @@ Peers:
   by ``llama-quantize``: the same dequantized fp32 weights that ours and vLLM load.
 - ``llama.cpp-q4_1``: the same server on the bundled Q4_1 GGUF itself, llama.cpp's native case
   (4-bit weights: less arithmetic and memory traffic per token than the fp32 systems do).
+- ``llama.cpp-gguf``: the same server on ``--gguf``'s file (default: the bundled one), which
+  ours and the ``--local`` systems then load too (a Q8_0 or Q4_0 file of the same model:
+  ``ops/bench/requantize_gguf.py``); vLLM still loads the bundled model's float export.
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def run_local(
 
     bench_args = bench.parse_args(["--threads", str(args.threads), "--systems", name])
     bench_args.model_dir = args.model_dir
+    bench_args.model = None if args.gguf is None else str(args.gguf)
     warm = bench.warmup_prompt(args.token_ids)
     if name in bench.OUR_SYSTEMS:
         run = functools.partial(bench.run_ours, bench_args, workload, warm, name)
@@ -225,6 +229,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="llama-server --no-repack (its repacking crashed it at start on an AMX Xeon)",
     )
+    p.add_argument(
+        "--gguf",
+        type=Path,
+        help="the model file ours, --local systems and llama.cpp-gguf load (default: the bundled "
+        "Q4_1 file)",
+    )
     p.add_argument("--venv-root", type=Path, default=ROOT, help="where .venv-vllm etc. live")
     p.add_argument("--peer-timeout-s", type=float, default=1800.0)
     p.add_argument("--parity-requests", type=int, default=8)
@@ -264,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from worker.models.loader import load_tokenizer, resolve_model_dir
 
     torch.set_num_threads(args.threads)
-    args.model_dir = resolve_model_dir(None)
+    args.model_dir = resolve_model_dir(args.gguf)
     vocab = ModelConfig.from_dir(args.model_dir).vocab_size
     args.token_ids = bench.normal_token_ids(load_tokenizer(args.model_dir), vocab)
     workload = bench.make_workload(args.num_requests, args.seed, args.scale, args.token_ids)
