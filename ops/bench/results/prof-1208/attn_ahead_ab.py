@@ -4,7 +4,7 @@ names = sys.argv[1].split(",")
 mods = {n: load(name="pn_attn_" + n, sources=[f"/tmp/attn_exp/attn_{n}.cpp", "/tmp/attn_exp/bind.cpp"],
                extra_cflags=["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"],
                extra_include_paths=["/tmp/attn_exp"], extra_ldflags=["-fopenmp"], verbose=False) for n in names}
-sys.path.insert(0, "/work/main")
+sys.path.insert(0, ".")  # run from the repository root
 from worker.engine import huge_pages
 for th in (2, 1):
     torch.set_num_threads(th)
