@@ -32,23 +32,23 @@ import gguf
 
 from worker.models.loader import bundled_model_path
 
-# The block formats this writes, and llama.cpp's `llama_ftype` for a file "mostly" in each
-# (llama.h: LLAMA_FTYPE_MOSTLY_Q4_0 = 2, LLAMA_FTYPE_MOSTLY_Q8_0 = 7).
-TARGETS: dict[str, tuple[gguf.GGMLQuantizationType, int]] = {
-    "q8_0": (gguf.GGMLQuantizationType.Q8_0, 7),
-    "q4_0": (gguf.GGMLQuantizationType.Q4_0, 2),
+# The block formats this writes, and llama.cpp's file type for a file "mostly" in each.
+TARGETS: dict[str, tuple[gguf.GGMLQuantizationType, gguf.LlamaFileType]] = {
+    "q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
 }
-FILE_TYPE_KEY = "general.file_type"
 FLOAT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
 
 
-def copy_metadata(reader: gguf.GGUFReader, writer: gguf.GGUFWriter, file_type: int) -> None:
+def copy_metadata(
+    reader: gguf.GGUFReader, writer: gguf.GGUFWriter, file_type: gguf.LlamaFileType
+) -> None:
     """Every key the source holds, but the ones the writer writes itself, with the new file type."""
     for field in reader.fields.values():
         if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
             continue  # the writer's own header fields
         kind = field.types[0]
-        value = file_type if field.name == FILE_TYPE_KEY else field.contents()
+        value = int(file_type) if field.name == gguf.Keys.General.FILE_TYPE else field.contents()
         item = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, value, kind, sub_type=item)
 

@@ -33,11 +33,16 @@ def write_source(path: Path) -> dict[str, np.ndarray]:
         kind = kinds.get(name, Q.Q4_1)
         data = value if kind == Q.F32 else gguf.quants.quantize(value, kind)
         writer.add_tensor(name, data, raw_dtype=kind)
+    finish(writer)
+    return values
+
+
+def finish(writer: gguf.GGUFWriter) -> None:
+    """Header, keys and tensors to the file, in the order GGUF lays them out."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return values
 
 
 @pytest.mark.parametrize(("fmt", "kind"), [("q8_0", Q.Q8_0), ("q4_0", Q.Q4_0)])
@@ -85,9 +90,6 @@ def test_a_file_without_quantized_tensors_is_refused(tmp_path: Path) -> None:
     src = tmp_path / "f32.gguf"
     writer = gguf.GGUFWriter(src, arch="llama")
     writer.add_tensor("norm.weight", np.ones(8, np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
     with pytest.raises(SystemExit, match="no quantized tensors"):
         tool.requantize(src, tmp_path / "out.gguf", "q8_0")
